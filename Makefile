@@ -1,0 +1,46 @@
+# EPPO — every user-facing command. `make help` lists them.
+PY      := .venv/bin/python
+PYTEST  := $(PY) -m pytest
+export RAY_AUTH_MODE ?= disabled
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: help install test test-slow test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s '	'
+
+install:  ## set up everything (Debian packages, .venv, torch CPU, the project, the default model); idempotent
+	@bash scripts/install.sh
+
+lint: install  ## ruff over the code and tests
+	$(PY) -m ruff check eppo_envs eppo_train tests
+
+test: install lint  ## the default suite (minutes): lint + unit, conformance and tiny-model tests
+	$(PYTEST) -q
+
+test-slow: install  ## the slow checks: real default model, full expert sweeps, the quick study
+	$(PYTEST) -q -m slow
+
+test-gpu: install  ## vLLM vs HF parity (needs a CUDA GPU and `pip install -e .[vllm]`)
+	$(PYTEST) -q -m gpu
+
+test-all: install lint  ## everything but the GPU checks
+	$(PYTEST) -q -m "not gpu"
+
+train: install  ## the main job: expert demos -> SFT warm start -> EPPO on all five tasks, default model, CPU
+	$(PY) -m eppo_train.cli pipeline $(ARGS)
+
+eval: install  ## evaluate the latest runs/ checkpoint (or the default model) on all tasks
+	$(PY) -m eppo_train.eval --policy latest --tasks all $(ARGS)
+
+bench: install  ## measure env, sandbox, retriever, rollout and learner throughput; writes bench/results.json
+	$(PY) -m eppo_train.bench $(ARGS)
+
+experiment: install  ## the EPPO vs GRPO vs DAPO study, 3 seeds each (hours on CPU)
+	$(PY) -m eppo_train.cli study $(ARGS)
+
+experiment-quick: install  ## the same study with a tiny model, in minutes
+	$(PY) -m eppo_train.cli study --quick $(ARGS)
+
+clean:  ## remove caches and build outputs (keeps .venv and runs/)
+	rm -rf .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,199 @@
+"""`eppo-envs`: list the tasks, look at an instance, play one yourself, run (and time) the experts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from importlib import import_module
+
+from rich.console import Console
+from rich.table import Table
+
+import eppo_envs
+from eppo_envs.core import expert_policy, first_prompt, play_episode
+from eppo_envs.core.registry import resolve, task_spec
+
+# Piped output (logs, tests) gets wide tables instead of wrapped ids.
+console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+def _load_plugins(modules: list[str]) -> None:
+    """`--import mylab.tasks` registers a user's own tasks before the command runs."""
+    for module in modules:
+        import_module(module)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    table = Table(title="EPPO tasks")
+    for column in ("id", "task", "max steps", "splits (instances)", "description"):
+        table.add_column(column)
+    for env_id in eppo_envs.tasks():
+        spec = task_spec(env_id)
+        counts = ""
+        if not args.no_counts:
+            env = eppo_envs.make(env_id)
+            unwrapped = env.unwrapped
+            counts = ", ".join(f"{s} ({unwrapped.num_instances(s):,})" for s in unwrapped.splits)
+            env.close()
+        table.add_row(env_id, spec.task, str(spec.max_episode_steps or "-"), counts, spec.description)
+    console.print(table)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    env = eppo_envs.make(resolve(args.env_id))
+    obs, info = env.reset(seed=args.seed, options={"split": args.split} if args.split else None)
+    console.print(f"[bold]{info['instance_id']}[/bold]")
+    print(first_prompt(obs, info))
+    if info.get("admissible_actions"):
+        print("\nAdmissible actions:", ", ".join(info["admissible_actions"]))
+    env.close()
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    env = eppo_envs.make(resolve(args.env_id))
+    unwrapped = env.unwrapped
+    obs, info = env.reset(seed=args.seed, options={"split": args.split} if args.split else None)
+    print(f"== {info['instance_id']}  (type 'help', 'expert' for the oracle's move, 'quit' to stop)\n")
+    print(first_prompt(obs, info))
+    total = 0.0
+    while True:
+        if info.get("admissible_actions"):
+            console.print("[dim]actions: " + ", ".join(info["admissible_actions"]) + "[/dim]")
+        try:
+            line = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            print()
+            break
+        command = line.strip()
+        if command in ("quit", "exit"):
+            break
+        if command == "help":
+            print(unwrapped.action_hint)
+            print("Your text is sent to the env as the model's reply; tags you omit are added for a bare command.")
+            continue
+        if command == "expert":
+            line = unwrapped.expert_action()
+            print(f"[expert] {line}")
+        elif unwrapped.tool_tags and "<" not in line:
+            # A person types a bare command; wrap it in the task's first tag, as a model would have written it.
+            tag = unwrapped.tool_tags[0]
+            line = f"<{tag}>{line}</{tag}>"
+        obs, reward, terminated, truncated, info = env.step(line)
+        total += reward
+        print(obs)
+        if terminated or truncated:
+            outcome = "won" if info["won"] else ("out of steps" if truncated else "ended")
+            print(f"\n== episode {outcome}; total reward {total:g}")
+            break
+    env.close()
+    return 0
+
+
+def run_expert(env_id: str, split: str, episodes: int, first_seed: int = 0) -> dict:
+    """Play the expert on seeds first_seed.. and return the figures the CLI and `make bench` print."""
+    env = eppo_envs.make(env_id)
+    policy = expert_policy(env)
+    steps = 0
+    results = []
+    start = time.perf_counter()
+    for seed in range(first_seed, first_seed + episodes):
+        episode = play_episode(env, policy, seed=seed, split=split)
+        steps += episode.num_steps
+        results.append(episode)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return {
+        "env_id": env_id,
+        "split": split,
+        "episodes": episodes,
+        "success_rate": sum(e.won for e in results) / max(episodes, 1),
+        "mean_reward": sum(e.total_reward for e in results) / max(episodes, 1),
+        "mean_steps": steps / max(episodes, 1),
+        "steps_per_s": steps / elapsed if elapsed > 0 else float("nan"),
+        "lost": [e.instance_id for e in results if not e.won],
+    }
+
+
+def cmd_expert(args: argparse.Namespace) -> int:
+    env_id = resolve(args.env_id)
+    split = args.split or eppo_envs.make(env_id).unwrapped.eval_split
+    result = run_expert(env_id, split, args.episodes, args.seed)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "lost"}))
+        return 0
+    console.print(
+        f"{env_id} [{split}] expert: success {result['success_rate']:.1%}, mean reward {result['mean_reward']:.3f}, "
+        f"mean steps {result['mean_steps']:.1f}, {result['steps_per_s']:.1f} steps/s over {args.episodes} episodes"
+    )
+    if result["lost"]:
+        console.print(f"lost: {', '.join(result['lost'][:20])}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    table = Table(title=f"expert throughput ({args.episodes} episodes each)")
+    for column in ("id", "success", "mean steps", "steps/s"):
+        table.add_column(column, justify="right")
+    rows = []
+    for env_id in eppo_envs.tasks():
+        split = args.split or eppo_envs.make(env_id).unwrapped.eval_split
+        result = run_expert(env_id, split, args.episodes)
+        rows.append(result)
+        table.add_row(env_id, f"{result['success_rate']:.0%}", f"{result['mean_steps']:.1f}", f"{result['steps_per_s']:.1f}")
+    console.print(table)
+    console.print(f"command: eppo-envs bench --episodes {args.episodes}" + (f" --split {args.split}" if args.split else ""))
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eppo-envs", description=__doc__)
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first (registers your own tasks); repeatable")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="registered tasks with their splits and instance counts")
+    p.add_argument("--no-counts", action="store_true", help="skip building data to count instances")
+    p.set_defaults(func=cmd_list)
+
+    for name, func, text in (("show", cmd_show, "print one instance's prompt"), ("play", cmd_play, "play it yourself")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("env_id", help="task id or name, e.g. eppo/ALFWorld-v0 or alfworld")
+        p.add_argument("--split", default=None)
+        p.add_argument("--seed", type=int, default=0)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("expert", help="run the expert; print success, reward, steps and steps/s")
+    p.add_argument("env_id")
+    p.add_argument("--split", default=None, help="default: the env's evaluation split")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0, help="first seed (episodes use seed, seed+1, ...)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a sentence")
+    p.set_defaults(func=cmd_expert)
+
+    p = sub.add_parser("bench", help="expert steps/s for every registered task")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--split", default=None, help="default: each env's evaluation split")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        _load_plugins(args.imports)
+        return args.func(args)
+    except (KeyError, ValueError, ModuleNotFoundError) as exc:
+        # User errors (unknown id, bad split, missing plugin) get one line, not a traceback.
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

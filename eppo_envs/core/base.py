@@ -1,0 +1,147 @@
+"""`AgentEnv`: the one base class every EPPO task derives from.
+
+A task implements four small hooks (`num_instances`, `load_instance`, `transition`, `expert_action`); the base
+class owns everything the contract promises to users: Text spaces, choosing the instance from `(split, seed)`,
+the `info` keys, printable observations, and turning malformed input into an observation instead of an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+
+from eppo_envs.core.parsing import clip
+from eppo_envs.core.spaces import action_space, observation_space, to_printable
+
+
+@dataclass
+class StepResult:
+    """What a task's `transition` returns; the base class turns it into Gymnasium's 5-tuple."""
+
+    observation: str
+    reward: float = 0.0
+    terminated: bool = False
+    won: bool = False
+    action_valid: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Instance:
+    split: str
+    index: int
+    instance_id: str
+
+
+class AgentEnv(gym.Env[str, str]):
+    """A multi-turn text task. Subclasses set the class attributes and implement the four hooks below."""
+
+    task: ClassVar[str] = ""  # short name, tags every episode: "alfworld", "webshop", ...
+    splits: ClassVar[tuple[str, ...]] = ("train", "test")
+    eval_split: ClassVar[str] = "test"  # the held-out split evaluations and benchmarks use
+    tool_tags: ClassVar[tuple[str, ...]] = ("action",)  # tags this task accepts (see core.parsing)
+    action_hint: ClassVar[str] = "Reply with <action>your command</action>."  # appended to every invalid-action reply
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
+
+    def __init__(self, split: str = "train", render_mode: str | None = None) -> None:
+        self._check_split(split)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.split = split
+        self.render_mode = render_mode
+        self.observation_space = observation_space()
+        self.action_space = action_space()
+        self.instance: Instance | None = None
+        self._last_observation = ""
+
+    # ----------------------------------------------------------------- hooks a task implements
+    def num_instances(self, split: str) -> int:
+        """How many problems `split` holds (seeds wrap around modulo this)."""
+        raise NotImplementedError
+
+    def load_instance(self, split: str, index: int) -> tuple[str, str, dict[str, Any]]:
+        """Start problem `index` of `split`: return (instruction, first observation, extra info)."""
+        raise NotImplementedError
+
+    def transition(self, text: str) -> StepResult:
+        """Apply the model's raw text (already a bounded `str`). Never raise for bad input: use `self.invalid`."""
+        raise NotImplementedError
+
+    def expert_action(self) -> str:
+        """The oracle's next reply (in the same text format a model would write)."""
+        raise NotImplementedError(f"{type(self).__name__} has no expert")
+
+    def instance_id(self, split: str, index: int) -> str:
+        return f"{self.task}/{split}/{index:05d}"
+
+    # ----------------------------------------------------------------- helpers for tasks
+    def invalid(self, reason: str, **info: Any) -> StepResult:
+        """The reply to a malformed turn: what was wrong, then how to act. The episode goes on."""
+        return StepResult(observation=f"Invalid action: {reason}\n{self.action_hint}", action_valid=False, info=info)
+
+    # ----------------------------------------------------------------- Gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        split = options.get("split", self.split)
+        self._check_split(split)
+        count = self.num_instances(split)
+        if count <= 0:
+            raise ValueError(f"{self.task}: split {split!r} has no instances")
+        if "index" in options:
+            index = int(options["index"]) % count
+        elif seed is not None:
+            index = int(seed) % count
+        else:
+            index = int(self.np_random.integers(count))
+        instruction, observation, extra = self.load_instance(split, index)
+        self.instance = Instance(split, index, self.instance_id(split, index))
+        info = {
+            "task": self.task,
+            "instance_id": self.instance.instance_id,
+            "split": split,
+            "won": False,
+            "action_valid": True,
+            "instruction": to_printable(instruction),
+            **extra,
+        }
+        self._last_observation = to_printable(observation)
+        return self._last_observation, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.instance is None:
+            raise ResetNeeded("call reset() before step()")
+        result = self.transition(clip(action))
+        info = {
+            "task": self.task,
+            "instance_id": self.instance.instance_id,
+            "split": self.instance.split,
+            **result.info,
+            "won": bool(result.won),
+            "action_valid": bool(result.action_valid),
+        }
+        self._last_observation = to_printable(result.observation)
+        if self.render_mode == "human":
+            print(self._last_observation)
+        return self._last_observation, float(result.reward), bool(result.terminated), False, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_observation
+        if self.render_mode == "human":
+            print(self._last_observation)
+        return None
+
+    # -----------------------------------------------------------------
+    def _check_split(self, split: str) -> None:
+        if split not in self.splits:
+            raise ValueError(f"{self.task}: unknown split {split!r}; choose one of {list(self.splits)}")
+
+
+def first_prompt(observation: str, info: dict[str, Any]) -> str:
+    """The first user message of an episode: the task's instruction (with its tool format), then the observation."""
+    instruction = info.get("instruction", "")
+    return f"{instruction}\n\n{observation}" if instruction else observation

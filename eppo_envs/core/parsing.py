@@ -1,0 +1,101 @@
+"""Reading the model's raw text: one tag vocabulary for every task.
+
+`<think>...</think>` is reasoning and is ignored; `<action>`, `<search>`, `<python>` and `<answer>` are tool calls;
+code answers come in a fenced python block. Parsing never raises: a malformed turn yields a `ToolCall` with an
+`error` that the env turns into an observation saying how to act.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+TOOL_TAGS: tuple[str, ...] = ("action", "search", "python", "answer")
+# Text longer than this is clipped before any regex runs, so a hostile 10 MB reply costs nothing.
+MAX_PARSE_CHARS = 65_536
+
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_UNCLOSED_THINK_RE = re.compile(r"<think>.*\Z", re.DOTALL | re.IGNORECASE)
+_FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_BOXED_RE = re.compile(r"\\boxed\s*\{")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed turn: `tag` and `content` when valid, `error` (a sentence for the model) when not."""
+
+    tag: str | None
+    content: str
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+
+def clip(text: object) -> str:
+    """Coerce whatever the caller passed into a bounded `str` (bytes are decoded, never raise)."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="replace")
+    elif not isinstance(text, str):
+        text = "" if text is None else str(text)
+    return text[:MAX_PARSE_CHARS].replace("\x00", "")
+
+
+def strip_think(text: str) -> str:
+    """Drop `<think>` blocks; an unclosed `<think>` swallows the rest of the turn (it never ended its reasoning)."""
+    text = _THINK_RE.sub(" ", text)
+    return _UNCLOSED_THINK_RE.sub(" ", text)
+
+
+def find_tags(text: str, tags: Sequence[str] = TOOL_TAGS) -> list[tuple[str, str]]:
+    """All complete `<tag>content</tag>` pairs, in order of appearance, outside `<think>` blocks."""
+    body = strip_think(clip(text))
+    alternatives = "|".join(map(re.escape, tags))
+    pattern = re.compile(rf"<({alternatives})>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+    return [(m.group(1).lower(), m.group(2).strip()) for m in pattern.finditer(body)]
+
+
+def format_hint(tags: Sequence[str]) -> str:
+    return " or ".join(f"<{t}>...</{t}>" for t in tags)
+
+
+def parse_tool_call(text: object, tags: Sequence[str], *, allow_many: bool = False) -> ToolCall:
+    """Exactly one call among `tags` (or the first of several when `allow_many`); else a ToolCall with an error."""
+    body = strip_think(clip(text))
+    calls = find_tags(body, tags)
+    if not calls:
+        other = find_tags(body, [t for t in TOOL_TAGS if t not in tags])
+        if other:
+            return ToolCall(None, "", f"<{other[0][0]}> is not a tool of this task; use {format_hint(tags)}.")
+        for tag in tags:
+            if re.search(f"<{tag}>", body, re.IGNORECASE):
+                return ToolCall(None, "", f"<{tag}> was opened but never closed with </{tag}>.")
+        return ToolCall(None, "", f"no tool call found; write {format_hint(tags)}.")
+    if len(calls) > 1 and not allow_many:
+        return ToolCall(None, "", f"found {len(calls)} tool calls; write exactly one of {format_hint(tags)} per turn.")
+    tag, content = calls[0]
+    if not content:
+        return ToolCall(tag, "", f"<{tag}></{tag}> is empty.")
+    return ToolCall(tag, content)
+
+
+def extract_code_block(text: object) -> str | None:
+    """The last fenced python block outside `<think>` (models often draft first and correct later)."""
+    blocks = _FENCE_RE.findall(strip_think(clip(text)))
+    return blocks[-1] if blocks else None
+
+
+def extract_boxed(text: object) -> str | None:
+    """Content of the last `\\boxed{...}` with balanced braces, or None."""
+    body = strip_think(clip(text))
+    result = None
+    for m in _BOXED_RE.finditer(body):
+        depth, start = 1, m.end()
+        for i in range(start, len(body)):
+            depth += {"{": 1, "}": -1}.get(body[i], 0)
+            if depth == 0:
+                result = body[start:i].strip()
+                break
+    return result

@@ -1,0 +1,29 @@
+"""Every registered task passes the same contract. A new task is covered by registering it: nothing to add here."""
+
+import pytest
+
+import eppo_envs
+import eppo_envs.example.guess_number  # noqa: F401  (registers the README's example task, like a user would)
+from eppo_envs.core import conformance
+
+ENV_IDS = eppo_envs.tasks()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gymnasium_checker(env_id):
+    conformance.check_gymnasium(env_id)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_same_seed_same_text(env_id):
+    conformance.check_determinism(env_id)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_expert_wins(env_id):
+    conformance.check_expert(env_id)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_malformed_actions_never_crash(env_id):
+    conformance.check_malformed(env_id, count=500)

@@ -1,0 +1,96 @@
+"""The conformance suite itself: it must fail on envs that break the contract."""
+
+import pytest
+
+import eppo_envs
+from eppo_envs.core import AgentEnv, StepResult, conformance, parse_tool_call
+from eppo_envs.example.guess_number import GuessNumberEnv
+
+
+class RaisesOnEmpty(GuessNumberEnv):
+    def transition(self, text):
+        if not text.strip():
+            raise ValueError("empty action")
+        return super().transition(text)
+
+
+class AcceptsAnything(GuessNumberEnv):
+    def transition(self, text):
+        return StepResult("ok")
+
+
+class SilentOnInvalid(GuessNumberEnv):
+    def transition(self, text):
+        call = parse_tool_call(text, self.tool_tags)
+        if not call.valid:
+            return StepResult("?", action_valid=False)  # no hint: the model never learns how to act
+        return super().transition(text)
+
+
+class NonDeterministic(GuessNumberEnv):
+    counter = 0
+
+    def load_instance(self, split, index):
+        NonDeterministic.counter += 1
+        instruction, obs, info = super().load_instance(split, index)
+        return instruction, f"{obs} (call {NonDeterministic.counter})", info
+
+
+class LosingExpert(GuessNumberEnv):
+    def expert_action(self):
+        return "<answer>0</answer>"
+
+
+class UnicodeObservation(GuessNumberEnv):
+    def transition(self, text):
+        result = super().transition(text)
+        result.info["extra"] = "x"
+        return result
+
+    def load_instance(self, split, index):
+        instruction, obs, info = super().load_instance(split, index)
+        return instruction, obs, {}
+
+
+def _register(cls):
+    env_id = f"broken/{cls.__name__}-v0"
+    eppo_envs.register(env_id, entry_point=cls, task="guess_number", max_episode_steps=10)
+    return env_id
+
+
+@pytest.mark.parametrize(
+    "cls, check",
+    [
+        (RaisesOnEmpty, conformance.check_malformed),
+        (AcceptsAnything, conformance.check_malformed),
+        (SilentOnInvalid, conformance.check_malformed),
+        (NonDeterministic, conformance.check_determinism),
+        (LosingExpert, conformance.check_expert),
+    ],
+)
+def test_suite_catches_broken_env(cls, check):
+    with pytest.raises(conformance.ConformanceError):
+        check(_register(cls))
+
+
+def test_suite_passes_the_example():
+    import eppo_envs.example.guess_number  # noqa: F401
+
+    conformance.check_all("example/GuessNumber-v0")
+
+
+def test_base_class_sanitises_non_ascii():
+    class Fancy(GuessNumberEnv):
+        def load_instance(self, split, index):
+            instruction, obs, info = super().load_instance(split, index)
+            return instruction + " \u2014 caf\u00e9 \u4e2d", obs, info
+
+    env = Fancy()
+    obs, info = env.reset(seed=0)
+    assert info["instruction"].isascii() and "- caf? ?" in info["instruction"]
+
+
+def test_agent_env_rejects_unknown_split():
+    with pytest.raises(ValueError, match="unknown split"):
+        GuessNumberEnv(split="nope")
+    assert issubclass(GuessNumberEnv, AgentEnv)

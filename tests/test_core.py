@@ -1,0 +1,78 @@
+import gymnasium as gym
+import pytest
+
+import eppo_envs
+import eppo_envs.example.guess_number  # noqa: F401
+from eppo_envs.core import Episode, Turn, expert_policy, parsing, play_episode
+
+
+def test_parse_single_tool_call():
+    call = parsing.parse_tool_call("<think>go</think> <action> open fridge 1 </action>", ["action"])
+    assert call.valid and call.tag == "action" and call.content == "open fridge 1"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "no tool call"),
+        ("<action>go to desk 1", "never closed"),
+        ("<search>x</search>", "not a tool of this task"),
+        ("<action>a</action><action>b</action>", "exactly one"),
+        ("<action></action>", "empty"),
+        ("<think><action>hidden</action>", "no tool call"),
+    ],
+)
+def test_parse_errors_explain(text, fragment):
+    call = parsing.parse_tool_call(text, ["action"])
+    assert not call.valid and fragment in call.error
+
+
+def test_tags_are_case_insensitive_and_think_is_ignored():
+    assert parsing.find_tags("<THINK><answer>1</answer></THINK><Answer>2</Answer>", ["answer"]) == [("answer", "2")]
+
+
+def test_code_block_and_boxed():
+    text = "draft\n```python\nx = 1\n```\nfixed:\n```python\ndef f():\n    return {1: 2}\n```"
+    assert parsing.extract_code_block(text) == "def f():\n    return {1: 2}\n"
+    assert parsing.extract_boxed(r"so \boxed{\frac{1}{2}} and then \boxed{3}") == "3"
+    assert parsing.extract_boxed(r"\boxed{\frac{1}{2}}") == r"\frac{1}{2}"
+    assert parsing.extract_boxed("no box") is None
+
+
+def test_clip_handles_bytes_none_and_huge():
+    assert parsing.clip(b"ab\xff") == "ab\ufffd"
+    assert parsing.clip(None) == ""
+    assert len(parsing.clip("x" * 10**6)) == parsing.MAX_PARSE_CHARS
+
+
+def test_registry_and_gymnasium_make():
+    assert "example/GuessNumber-v0" in eppo_envs.tasks()
+    env = gym.make("example/GuessNumber-v0")
+    obs, info = env.reset(seed=3)
+    assert info["task"] == "guess_number" and info["instance_id"] == "guess_number/train/00003"
+    assert eppo_envs.resolve("guess_number") == "example/GuessNumber-v0"
+    with pytest.raises(gym.error.NameNotFound, match="registered EPPO tasks"):
+        eppo_envs.make("eppo/Nope-v0")
+    with pytest.raises(ValueError, match="namespaced"):
+        eppo_envs.register("Bare-v0", entry_point="x:y", task="x")
+
+
+def test_episode_json_round_trip():
+    env = eppo_envs.make("example/GuessNumber-v0")
+    episode = play_episode(env, expert_policy(env), seed=5, split="test")
+    assert episode.won and episode.total_reward == 1.0 and episode.turns
+    again = Episode.from_json(episode.to_json())
+    assert again == episode and isinstance(again.turns[0], Turn)
+
+
+def test_time_limit_truncates():
+    env = eppo_envs.make("example/GuessNumber-v0", max_episode_steps=2)
+    episode = play_episode(env, lambda obs, info: "<answer>0</answer>", seed=0)
+    assert episode.truncated and not episode.won and episode.num_steps == 2
+
+
+def test_seed_and_index_choose_the_same_instance():
+    env = eppo_envs.make("example/GuessNumber-v0")
+    _, a = env.reset(seed=1003)
+    _, b = env.reset(options={"index": 3})
+    assert a["instance_id"] == b["instance_id"]
