@@ -1,0 +1,1 @@
+"""Generation backends (hf default, vllm, openai-compatible for evaluation) behind one interface."""
