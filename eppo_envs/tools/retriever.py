@@ -5,16 +5,24 @@
     hits = retriever.search("query", k=3) # list of Hit(doc, score), best first
     retriever.save(path); load_retriever(path)
 
-Backends register themselves in `RETRIEVERS`; `bm25s` (default) lives here, others in their own modules.
+Backends register themselves in `RETRIEVERS`; `bm25s` (default) lives here, `lucene` (pyserini) and `dense`
+(MiniLM) in their own modules, imported on demand so their heavy optional dependencies stay optional.
+
+Every sparse backend analyses text like Anserini's default English analyzer (lower case, Lucene's 33 English
+stopwords, Porter stemming, possessive 's dropped), so `bm25s` and `lucene` rank the same documents.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,10 @@ class Retriever(ABC):
     def search(self, query: str, k: int = 3) -> list[Hit]:
         return self.search_many([query], k)[0]
 
+    def config(self) -> dict[str, Any]:
+        """Constructor kwargs that `load_retriever` needs to rebuild an equivalent retriever (saved with the index)."""
+        return {}
+
     @abstractmethod
     def _save_index(self, path: Path) -> None: ...
 
@@ -62,7 +74,7 @@ class Retriever(ABC):
         with open(path / "docs.jsonl", "w") as f:
             for doc in self.docs:
                 f.write(json.dumps(asdict(doc)) + "\n")
-        (path / "retriever.json").write_text(json.dumps({"backend": self.name}))
+        (path / "retriever.json").write_text(json.dumps({"backend": self.name, "config": self.config()}))
         self._save_index(path)
 
 
@@ -78,7 +90,7 @@ def register_retriever(name: str) -> Callable[[type[Retriever]], type[Retriever]
     return wrap
 
 
-def make_retriever(name: str = "bm25s", **kwargs) -> Retriever:
+def make_retriever(name: str = "bm25s", **kwargs: Any) -> Retriever:
     _import_optional_backends()
     if name not in RETRIEVERS:
         raise ValueError(f"unknown retriever backend {name!r}; available: {', '.join(sorted(RETRIEVERS))}")
@@ -88,7 +100,7 @@ def make_retriever(name: str = "bm25s", **kwargs) -> Retriever:
 def load_retriever(path: str | Path) -> Retriever:
     path = Path(path)
     meta = json.loads((path / "retriever.json").read_text())
-    retriever = make_retriever(meta["backend"])
+    retriever = make_retriever(meta["backend"], **meta.get("config", {}))
     with open(path / "docs.jsonl") as f:
         retriever.docs = [Document(**json.loads(line)) for line in f]
     retriever._load_index(path)
@@ -106,20 +118,67 @@ def _import_optional_backends() -> None:
             pass
 
 
+# Anserini's DefaultEnglishAnalyzer: StandardTokenizer keeps 1-character tokens and joins "3.5" or "don't";
+# EnglishPossessiveFilter drops a trailing 's. bm25s' default pattern (2+ word characters) would differ.
+LUCENE_TOKEN_PATTERN = r"(?u)\w+(?:['.]\w+)*"
+_POSSESSIVE_RE = re.compile(r"(?u)(\w)['\u2019]s\b", re.IGNORECASE)
+
+
+def top_k(scores: np.ndarray, k: int) -> list[int]:
+    """Indices of the k best positive scores, best first; ties go to the lower index (Lucene's docid order)."""
+    positive = int(np.count_nonzero(scores > 0))
+    k = min(k, positive)
+    if k <= 0:
+        return []
+    if k < len(scores):
+        threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
+        candidates = np.flatnonzero(scores >= threshold)  # every doc tied with the k-th, so ties resolve by index
+    else:
+        candidates = np.arange(len(scores))
+    order = np.lexsort((candidates, -scores[candidates]))
+    return [int(i) for i in candidates[order][:k]]
+
+
 @register_retriever("bm25s")
 class BM25sRetriever(Retriever):
-    """BM25 (Lucene's variant, k1=0.9, b=0.4 like pyserini's defaults) on bm25s' sparse matrices."""
+    """BM25 (Lucene's variant, k1=0.9, b=0.4 like pyserini's defaults) on bm25s' sparse matrices.
 
-    def __init__(self, k1: float = 0.9, b: float = 0.4, stopwords: str | None = "en") -> None:
+    Text is analysed like Anserini's default (Porter stemmer via PyStemmer, Lucene's stopwords); pass
+    `stemmer=None` or another `stopwords` list to change it. Ties rank by document order, as in Lucene.
+    """
+
+    def __init__(
+        self,
+        k1: float = 0.9,
+        b: float = 0.4,
+        stopwords: str | list[str] | None = "en",
+        stemmer: str | None = "porter",
+        token_pattern: str = LUCENE_TOKEN_PATTERN,
+    ) -> None:
         super().__init__()
         import bm25s
 
         self._bm25s = bm25s
+        self.k1, self.b = k1, b
         self.stopwords = stopwords
+        self.stemmer_name = stemmer
+        self.token_pattern = token_pattern
+        self._stemmer = _make_stemmer(stemmer)
         self.model = bm25s.BM25(k1=k1, b=b, method="lucene")
 
-    def _tokenize(self, texts: Sequence[str]):
-        return self._bm25s.tokenize(list(texts), stopwords=self.stopwords, show_progress=False)
+    def config(self) -> dict[str, Any]:
+        return {"k1": self.k1, "b": self.b, "stopwords": self.stopwords, "stemmer": self.stemmer_name,
+                "token_pattern": self.token_pattern}
+
+    def _tokenize(self, texts: Sequence[str], return_ids: bool = True):
+        return self._bm25s.tokenize(
+            [_POSSESSIVE_RE.sub(r"\1", t) for t in texts],
+            token_pattern=self.token_pattern,
+            stopwords=self.stopwords or [],
+            stemmer=self._stemmer,
+            return_ids=return_ids,
+            show_progress=False,
+        )
 
     def index(self, docs: Sequence[Document]) -> None:
         self.docs = list(docs)
@@ -127,18 +186,17 @@ class BM25sRetriever(Retriever):
 
     def search_many(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
         k = min(k, len(self.docs))
-        if k == 0:
+        if k <= 0:
             return [[] for _ in queries]
-        tokens = self._bm25s.tokenize(list(queries), stopwords=self.stopwords, show_progress=False, return_ids=False)
         results: list[list[Hit]] = []
-        for query_tokens in tokens:
+        for query_tokens in self._tokenize(queries, return_ids=False):
             # Words the index has never seen carry no signal; a query made only of them matches nothing.
             known = [t for t in query_tokens if t in self.model.vocab_dict]
             if not known:
                 results.append([])
                 continue
-            ids, scores = self.model.retrieve([known], k=k, show_progress=False)
-            results.append([Hit(self.docs[int(i)], float(s)) for i, s in zip(ids[0], scores[0], strict=True) if s > 0])
+            scores = np.asarray(self.model.get_scores(known), dtype=np.float64)
+            results.append([Hit(self.docs[i], float(scores[i])) for i in top_k(scores, k)])
         return results
 
     def _save_index(self, path: Path) -> None:
@@ -146,3 +204,13 @@ class BM25sRetriever(Retriever):
 
     def _load_index(self, path: Path) -> None:
         self.model = self._bm25s.BM25.load(path / "bm25s", show_progress=False)
+
+
+def _make_stemmer(name: str | None):
+    if name is None:
+        return None
+    try:
+        import Stemmer  # PyStemmer: Snowball's C stemmers; "porter" is the original Porter algorithm, as in Lucene
+    except ImportError as exc:
+        raise ImportError("the bm25s backend stems with PyStemmer: pip install PyStemmer (or pass stemmer=None)") from exc
+    return Stemmer.Stemmer(name)
