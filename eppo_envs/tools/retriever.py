@@ -124,10 +124,10 @@ LUCENE_TOKEN_PATTERN = r"(?u)\w+(?:['.]\w+)*"
 _POSSESSIVE_RE = re.compile(r"(?u)(\w)['\u2019]s\b", re.IGNORECASE)
 
 
-def top_k(scores: np.ndarray, k: int) -> list[int]:
-    """Indices of the k best positive scores, best first; ties go to the lower index (Lucene's docid order)."""
-    positive = int(np.count_nonzero(scores > 0))
-    k = min(k, positive)
+def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> list[int]:
+    """Indices of the k best scores (positive ones only, by default: BM25's zero means "no term matched"),
+    best first; ties go to the lower index (Lucene's docid order)."""
+    k = min(k, int(np.count_nonzero(scores > 0)) if positive_only else len(scores))
     if k <= 0:
         return []
     if k < len(scores):
