@@ -1,0 +1,147 @@
+"""Advantage estimators, chosen by name (`algo.advantage`): grpo, task, gigpo.
+
+- grpo: A = (R - mean_group R) / (std_group R + eps) (Shao et al. 2024); `scale_by_std=False` centres only
+  (Dr. GRPO). A group is the G samples of one problem (`Sample.group_id`).
+- task: group-centred as above, then normalised over all samples of the same task in the batch (AgentRL), so
+  every task contributes gradients of the same scale whatever its reward range.
+- gigpo: episode advantage (grpo) plus `weight` x a step advantage: within a group, the turns that start from
+  the same observation (the anchor state, keyed by the prompt tokens in window mode or `meta["state_key"]`) are
+  a step group, normalised on their discounted returns (Feng et al. 2025, GiGPO).
+
+Groups whose rewards are all equal carry no signal: they are counted (`zero_variance_groups`) and, with
+`filter_zero_variance` (DAPO's dynamic sampling), dropped from the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from eppo_train.records import Sample
+
+EPS = 1e-6
+
+
+@dataclass
+class AdvantageResult:
+    samples: list[Sample]  # the batch to train on (zero-variance groups dropped when filtering)
+    stats: dict[str, float] = field(default_factory=dict)  # batch-level numbers for the metrics
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)  # task -> adv_mean/std/zero_var_frac
+
+
+def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
+    groups: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        groups[s.group_id].append(s)
+    return groups
+
+
+def _episode_rewards(group: list[Sample]) -> dict[str, float]:
+    """One reward per episode: in window mode an episode has several samples, it must count once."""
+    return {s.episode_id: s.reward for s in group}
+
+
+def _normalise(values: list[float], scale: bool) -> tuple[float, float]:
+    mean = statistics.fmean(values)
+    std = statistics.pstdev(values) if len(values) > 1 else 0.0
+    return mean, (std + EPS if scale else 1.0)
+
+
+def grpo(samples: list[Sample], scale_by_std: bool = True, **_: object) -> None:
+    for group in _groups(samples).values():
+        mean, div = _normalise(list(_episode_rewards(group).values()), scale_by_std)
+        for s in group:
+            s.advantage = (s.reward - mean) / div
+
+
+def task_normalised(samples: list[Sample], scale_by_std: bool = True, **_: object) -> None:
+    grpo(samples, scale_by_std=False)  # centre within the group first
+    by_task: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_task[s.task].append(s)
+    for group in by_task.values():
+        values = [s.advantage for s in group]
+        mean, div = _normalise(values, True)
+        for s in group:
+            s.advantage = (s.advantage - mean) / div
+
+
+def state_key(s: Sample) -> str:
+    """The anchor state of a sample: `meta["state_key"]` when the rollout set one, else its prompt tokens."""
+    if "state_key" in s.meta:
+        return str(s.meta["state_key"])
+    first = s.loss_mask.index(1) if 1 in s.loss_mask else len(s.input_ids)
+    return hashlib.sha1(str(s.input_ids[:first]).encode()).hexdigest()
+
+
+def step_return(s: Sample, gamma: float) -> float:
+    """Discounted return from this turn: `meta["step_return"]` if given, else the final reward discounted."""
+    if "step_return" in s.meta:
+        return float(s.meta["step_return"])
+    if s.turn_index < 0 or s.num_turns <= 0:
+        return s.reward
+    return s.reward * gamma ** max(s.num_turns - 1 - s.turn_index, 0)
+
+
+def gigpo(samples: list[Sample], scale_by_std: bool = True, weight: float = 1.0, gamma: float = 0.95,
+          **_: object) -> None:
+    grpo(samples, scale_by_std=scale_by_std)
+    for group in _groups(samples).values():
+        steps: dict[str, list[Sample]] = defaultdict(list)
+        for s in group:
+            steps[state_key(s)].append(s)
+        for step_group in steps.values():
+            if len(step_group) < 2:
+                continue  # a state visited once has no step-level baseline
+            returns = [step_return(s, gamma) for s in step_group]
+            mean, div = _normalise(returns, scale_by_std)
+            for s, r in zip(step_group, returns, strict=True):
+                s.advantage += weight * (r - mean) / div
+
+
+ESTIMATORS: dict[str, Callable[..., None]] = {"grpo": grpo, "task": task_normalised, "gigpo": gigpo}
+
+
+def compute_advantages(
+    samples: list[Sample],
+    estimator: str = "grpo",
+    scale_by_std: bool = True,
+    filter_zero_variance: bool = False,
+    gigpo_weight: float = 1.0,
+    gigpo_gamma: float = 0.95,
+) -> AdvantageResult:
+    """Fill `Sample.advantage` in place; report (and optionally drop) groups with no reward variance."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")
+    groups = _groups(samples)
+    flat = {gid for gid, g in groups.items() if len(set(_episode_rewards(g).values())) <= 1}
+    kept = [s for s in samples if s.group_id not in flat] if filter_zero_variance else list(samples)
+    ESTIMATORS[estimator](kept, scale_by_std=scale_by_std, weight=gigpo_weight, gamma=gigpo_gamma)
+    if filter_zero_variance:
+        for s in samples:
+            if s.group_id in flat:
+                s.advantage = 0.0
+
+    per_task: dict[str, dict[str, float]] = {}
+    for task in sorted({s.task for s in samples}):
+        task_groups = {s.group_id for s in samples if s.task == task}
+        advs = [s.advantage for s in kept if s.task == task]
+        per_task[task] = {
+            "adv_mean": statistics.fmean(advs) if advs else 0.0,
+            "adv_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
+            "adv_abs_mean": statistics.fmean(abs(a) for a in advs) if advs else 0.0,
+            "zero_var_frac": len(task_groups & flat) / max(len(task_groups), 1),
+        }
+    advs = [s.advantage for s in kept]
+    stats = {
+        "groups": float(len(groups)),
+        "zero_variance_groups": float(len(flat)),
+        "zero_variance_frac": len(flat) / max(len(groups), 1),
+        "samples_kept": float(len(kept)),
+        "adv_mean": statistics.fmean(advs) if advs else 0.0,
+        "adv_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
+    }
+    return AdvantageResult(kept, stats, per_task)

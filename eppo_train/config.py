@@ -1,0 +1,352 @@
+"""Run configuration: typed dataclasses, loaded from YAML, every key overridable with `--set a.b=value`.
+
+    cfg = load_config("tiny", overrides=["algo.name=grpo", "rollout.group_size=4"])
+
+Shipped configs live in `eppo_train/configs/<name>.yaml`; a path to any YAML file works too. Every user error
+(unknown key, wrong type, bad value) raises `ConfigError` with one line that names the key; the CLI prints it and
+exits 2. The resolved config is written next to each run (`config.yaml`) and is what `--resume` reloads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A user error in a config file or an override: the message is one line, fit to print as is."""
+
+
+@dataclass
+class TaskConfig:
+    id: str  # a registered env id, e.g. "eppo/MathTool-v0" or "example/GuessNumber-v0"
+    name: str | None = None  # the task label EPPO paces by; None: the env's own task name (info["task"])
+    problems: int = 4  # distinct problems per iteration (each sampled `rollout.group_size` times)
+    split: str = "train"
+    context: str = "full"  # "full": one sample per episode; "window": one sample per turn, last `window` turns
+    window: int = 2
+    max_turns: int | None = None  # None: the env's own limit
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make
+
+
+@dataclass
+class EnvConfig:
+    tasks: list[TaskConfig] = field(default_factory=lambda: [TaskConfig(id="example/GuessNumber-v0")])
+    imports: list[str] = field(default_factory=list)  # modules that register user tasks before the run
+    num_workers: int = 1  # env worker actors (Ray mode); instances are spread over them
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2"  # "smollm2" (the embedded default), "tiny" (random, for tests) or a local HF directory
+    dtype: str = "float32"  # weights of the learner: float32 | bfloat16
+    generator_dtype: str = "float32"  # weights of the sampling copy (bf16 samples ~2x faster on CPU)
+
+
+@dataclass
+class RolloutSection:
+    group_size: int = 4  # G: samples per problem (the GRPO group)
+    max_new_tokens: int = 64  # per turn
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_prompt_tokens: int = 1024  # context budget: older turns are dropped beyond it
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "eppo"  # a loss in losses.LOSSES: grpo | dapo | eppo | clip_cov | kl_cov
+    eps_low: float | None = None  # None: the loss's own default (grpo 0.2/0.2, dapo and eppo 0.2/0.28)
+    eps_high: float | None = None
+    loss_agg: str | None = None  # token_mean | seq_mean; None: the loss's default
+    kl_coef: float = 0.0  # KL(pi || ref) penalty (k3 estimator); > 0 keeps a frozen reference copy
+    advantage: str = "grpo"  # an estimator in advantages.ESTIMATORS: grpo | task | gigpo
+    scale_by_std: bool = True  # False: Dr. GRPO (centre only)
+    filter_zero_variance: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal
+    gigpo_weight: float = 1.0  # step-advantage weight (gigpo)
+    gigpo_gamma: float = 0.95
+    clip_cov_ratio: float = 2e-4  # share of tokens detached by clip_cov
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 2e-3  # share of tokens penalised by kl_cov
+    kl_cov_coef: float = 1.0
+
+
+@dataclass
+class PacingConfig:
+    variant: str = "both"  # both | high | low | target
+    beta: float = 0.9  # EMA weight of the past
+    warmup: int = 2  # steps at the base bounds
+    lam: float = 0.5  # lambda: the largest relative change of a bound
+    alpha: float = 2.0  # steepness of the sigmoid on the log-ratio z_k
+    eps_min: float = 0.05  # every paced bound is clamped to [eps_min, eps_max]
+    eps_max: float = 0.5
+    tau: float = 0.5  # spike threshold: H_k(t) > (1 + tau) * H^_k(t-1)
+    target_entropy: dict[str, float] = field(default_factory=dict)  # variant "target": task -> target nats
+    default_target: float = 0.5
+
+
+@dataclass
+class LearnerConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 2048  # padded tokens per forward/backward (gradient accumulation over the rest)
+    mini_batches: int = 1  # optimizer steps per epoch
+    epochs: int = 1  # passes over each rollout batch
+    logit_chunk: int = 256  # token positions per vocab projection (memory: chunk x vocab logits at a time)
+    bf16_autocast_cpu: bool = False  # bf16 autocast on CPU (~1.6x faster); GPU always uses bf16 autocast
+    train_top_layers: int = 0  # >0: freeze all but the top N decoder layers and the final norm
+    recompute_old_logprobs: bool = True  # recompute log-probs of the sampled tokens with the training model
+
+
+@dataclass
+class RayConfig:
+    enabled: bool = True
+    address: str | None = None  # None: a local `ray.init()`; "auto" or host:port for a cluster
+    num_cpus: int | None = None
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    out_dir: str = "runs"
+    iterations: int = 10
+    seed: int = 0
+    save_every: int = 1  # checkpoint every N iterations (and at the end)
+    keep_checkpoints: int = 2
+    tensorboard: bool = True
+    plots: bool = True
+    eval_every: int = 0  # 0: no periodic evaluation
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    pacing: PacingConfig = field(default_factory=PacingConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.out_dir) / self.run.name
+
+
+# ---------------------------------------------------------------- building typed values from plain data
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check (and gently convert: int -> float, list -> tuple) `value` against the annotation `tp`."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
+        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if tp is bool and not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+    if not isinstance(value, tp):
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    return value
+
+
+def _build(cls: type, data: dict, prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown key {where}{unknown[0]} (known: {', '.join(sorted(names))})")
+    kwargs = {name: _coerce(v, hints[name], f"{prefix}.{name}" if prefix else name) for name, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field (TaskConfig.id) is missing
+        raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
+
+
+def to_dict(cfg: Any) -> dict:
+    """Plain data (lists, not tuples) so that YAML writes it readably and `from_dict` reads it back."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return [plain(x) for x in v]
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(cfg))
+
+
+def from_dict(data: dict) -> Config:
+    cfg = _build(Config, data)
+    validate(cfg)
+    return cfg
+
+
+# ---------------------------------------------------------------- overrides, files, validation
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    """`a.b.c=v`; list items by index (`env.tasks.0.problems=8`)."""
+    parts = dotted.split(".")
+    node: Any = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"{'.'.join(parts[:i])}: no item {part!r} (the list has {len(node)})")
+            if last:
+                node[int(part)] = value
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise ConfigError(f"{'.'.join(parts[:i])} is not a section (cannot set {dotted})")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"--set expects KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw  # a plain string with YAML punctuation in it
+    return key.strip(), value
+
+
+def resolve_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"no config file {name_or_path}")
+        return path
+    shipped = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not shipped.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+        raise ConfigError(f"no config named {name_or_path!r} (shipped: {known})")
+    return shipped
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return data
+
+
+def load_config(name_or_path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """A shipped config by name (or a YAML path; None: all defaults), then `key=value` overrides in order."""
+    data = read_yaml(resolve_path(name_or_path)) if name_or_path else {}
+    data = _merge(to_dict(Config()), data)
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_path(data, key, value)
+    return from_dict(data)
+
+
+def _merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def validate(cfg: Config) -> None:
+    """Value checks the types cannot express; names are checked against the registries that own them."""
+    from eppo_train.advantages import ESTIMATORS
+    from eppo_train.losses import LOSSES
+    from eppo_train.pacing import VARIANTS
+
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            raise ConfigError(msg)
+
+    need(cfg.algo.name in LOSSES, f"algo.name: unknown loss {cfg.algo.name!r} (known: {', '.join(LOSSES)})")
+    need(cfg.algo.advantage in ESTIMATORS,
+         f"algo.advantage: unknown estimator {cfg.algo.advantage!r} (known: {', '.join(ESTIMATORS)})")
+    need(cfg.algo.loss_agg in (None, "token_mean", "seq_mean"), "algo.loss_agg: token_mean or seq_mean")
+    for k in ("eps_low", "eps_high"):
+        v = getattr(cfg.algo, k)
+        need(v is None or 0 < v < 1, f"algo.{k}: must be in (0, 1), got {v}")
+    need(cfg.pacing.variant in VARIANTS, f"pacing.variant: {cfg.pacing.variant!r} (known: {', '.join(VARIANTS)})")
+    need(0 <= cfg.pacing.beta < 1, f"pacing.beta: must be in [0, 1), got {cfg.pacing.beta}")
+    need(0 <= cfg.pacing.lam < 1, f"pacing.lam: must be in [0, 1), got {cfg.pacing.lam}")
+    need(0 < cfg.pacing.eps_min <= cfg.pacing.eps_max < 1, "pacing: need 0 < eps_min <= eps_max < 1")
+    need(cfg.rollout.group_size >= 1, f"rollout.group_size: must be >= 1, got {cfg.rollout.group_size}")
+    need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens: must be >= 1")
+    need(cfg.rollout.temperature > 0, "rollout.temperature: must be > 0")
+    need(cfg.learner.lr > 0, f"learner.lr: must be > 0, got {cfg.learner.lr}")
+    need(cfg.learner.micro_batch_tokens >= 16, "learner.micro_batch_tokens: must be >= 16")
+    need(cfg.learner.mini_batches >= 1 and cfg.learner.epochs >= 1, "learner: mini_batches and epochs >= 1")
+    need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
+    need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
+    need(cfg.model.generator_dtype in ("float32", "bfloat16"), "model.generator_dtype: float32 or bfloat16")
+    need(cfg.run.iterations >= 0, "run.iterations: must be >= 0")
+    need(bool(cfg.run.name) and "/" not in cfg.run.name, f"run.name: a plain name, got {cfg.run.name!r}")
+    need(len(cfg.env.tasks) >= 1, "env.tasks: at least one task")
+    for i, t in enumerate(cfg.env.tasks):
+        need(t.context in ("full", "window"), f"env.tasks.{i}.context: full or window, got {t.context!r}")
+        need(t.problems >= 1, f"env.tasks.{i}.problems: must be >= 1")

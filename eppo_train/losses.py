@@ -1,0 +1,145 @@
+"""Policy-gradient losses, registered by name: grpo, dapo, eppo, clip_cov, kl_cov.
+
+Every loss is token-level PPO-style over a padded batch `[B, T]`. Clip bounds are per-token tensors, so a per-task
+bound (EPPO) is just a tensor filled from the pacer. A loss returns the per-token loss; `aggregate` weights it
+(token mean or sequence mean) with weights the learner computes over the *whole* batch, so gradient accumulation
+over micro-batches gives the same gradient as one big batch.
+
+References: GRPO (Shao et al. 2024), DAPO clip-higher and token-level mean (Yu et al. 2025), Clip-Cov and KL-Cov
+(Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; their verl recipe is followed here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class LossInputs:
+    logprobs: Tensor  # [B, T] log-prob of each token under the current policy (with grad)
+    old_logprobs: Tensor  # [B, T] under the sampling policy
+    advantages: Tensor  # [B, T] the sample's advantage broadcast over its tokens
+    mask: Tensor  # [B, T] 1.0 on model tokens
+    eps_low: Tensor  # [B, T] ratio may fall to 1 - eps_low
+    eps_high: Tensor  # [B, T] ratio may rise to 1 + eps_high
+    ref_logprobs: Tensor | None = None  # [B, T] under a frozen reference (only when kl_coef > 0)
+    kl_coef: float = 0.0
+    options: dict = field(default_factory=dict)  # loss-specific hyper-parameters (clip_cov_ratio, ...)
+    generator: torch.Generator | None = None  # randomness of clip_cov's token choice (seeded: exact resume)
+
+
+@dataclass
+class LossOutput:
+    per_token: Tensor  # [B, T] the loss of each token (0 off the mask); aggregate() reduces it
+    clipped: Tensor  # [B, T] bool: tokens whose gradient the clip (or Clip-Cov) removed
+    approx_kl: Tensor  # [B, T] k3 estimate of KL(old || new) per token, for logging
+
+
+def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def k3(logp: Tensor, logq: Tensor) -> Tensor:
+    """Schulman's k3 estimator of KL(p || q) from samples of p: exp(q - p) - (q - p) - 1 (>= 0, unbiased)."""
+    d = logq - logp
+    return torch.exp(d) - d - 1.0
+
+
+def ppo_clip(inp: LossInputs) -> LossOutput:
+    """-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), plus kl_coef * k3(new, ref) when a reference is given."""
+    ratio = torch.exp(inp.logprobs - inp.old_logprobs)
+    unclipped = -inp.advantages * ratio
+    clipped_ratio = torch.minimum(torch.maximum(ratio, 1.0 - inp.eps_low), 1.0 + inp.eps_high)
+    clipped = -inp.advantages * clipped_ratio
+    per_token = torch.maximum(unclipped, clipped)
+    if inp.ref_logprobs is not None and inp.kl_coef > 0:
+        per_token = per_token + inp.kl_coef * k3(inp.logprobs, inp.ref_logprobs)
+    was_clipped = (clipped > unclipped) & (inp.mask > 0)
+    return LossOutput(per_token * inp.mask, was_clipped, k3(inp.old_logprobs, inp.logprobs).detach() * inp.mask)
+
+
+def clip_cov(inp: LossInputs) -> LossOutput:
+    """PPO-clip, then detach a random `clip_cov_ratio` share of the tokens whose centred covariance
+    (A - mean A)(log pi - mean log pi) lies in (lb, ub): the high-covariance tokens drive entropy collapse."""
+    out = ppo_clip(inp)
+    mask = inp.mask > 0
+    adv_c = inp.advantages - _masked_mean(inp.advantages, inp.mask)
+    lp = inp.logprobs.detach()
+    cov = adv_c * (lp - _masked_mean(lp, inp.mask))
+    lb, ub = inp.options.get("clip_cov_lb", 1.0), inp.options.get("clip_cov_ub", 5.0)
+    candidates = torch.nonzero((cov > lb) & (cov < ub) & mask & ~out.clipped)
+    n = max(int(inp.options.get("clip_cov_ratio", 2e-4) * int(mask.sum())), 1)
+    if len(candidates) > 0:
+        perm = torch.randperm(len(candidates), generator=inp.generator)[:n]
+        chosen = candidates[perm.to(candidates.device)]
+        keep = torch.ones_like(inp.mask)
+        keep[chosen[:, 0], chosen[:, 1]] = 0.0
+        out.per_token = out.per_token * keep  # no gradient through the chosen tokens
+        out.clipped = out.clipped | (keep == 0)
+    return out
+
+
+def kl_cov(inp: LossInputs) -> LossOutput:
+    """Unclipped policy gradient -r A, plus kl_cov_coef * |log r| on the top `kl_cov_ratio` share of tokens by
+    centred covariance (A - mean A)(log pi - mean log pi)."""
+    ratio = torch.exp(inp.logprobs - inp.old_logprobs)
+    per_token = -inp.advantages * ratio
+    mask = inp.mask > 0
+    adv_c = inp.advantages - _masked_mean(inp.advantages, inp.mask)
+    lp = inp.logprobs.detach()
+    cov = (adv_c * (lp - _masked_mean(lp, inp.mask))).masked_fill(~mask, float("-inf"))
+    n_valid = int(mask.sum())
+    penalised = torch.zeros_like(mask)
+    if n_valid > 0:
+        k = max(1, int(n_valid * inp.options.get("kl_cov_ratio", 2e-3)))
+        top = torch.topk(cov.flatten(), k).indices
+        penalised.view(-1)[top] = True
+    coef = inp.options.get("kl_cov_coef", 1.0)
+    per_token = per_token + coef * (inp.logprobs - inp.old_logprobs).abs() * penalised
+    if inp.ref_logprobs is not None and inp.kl_coef > 0:
+        per_token = per_token + inp.kl_coef * k3(inp.logprobs, inp.ref_logprobs)
+    return LossOutput(per_token * inp.mask, penalised & mask, k3(inp.old_logprobs, inp.logprobs).detach() * inp.mask)
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    fn: Callable[[LossInputs], LossOutput]
+    eps_low: float
+    eps_high: float
+    agg: str  # token_mean | seq_mean
+    paced: bool = False  # per-task bounds come from the entropy pacer
+    description: str = ""
+
+
+LOSSES: dict[str, LossSpec] = {
+    "grpo": LossSpec(ppo_clip, 0.2, 0.2, "seq_mean", description="PPO-clip, symmetric eps, optional KL to a ref"),
+    "dapo": LossSpec(ppo_clip, 0.2, 0.28, "token_mean", description="clip-higher, token-level mean"),
+    "eppo": LossSpec(ppo_clip, 0.2, 0.28, "token_mean", paced=True, description="per-task bounds from the pacer"),
+    "clip_cov": LossSpec(clip_cov, 0.2, 0.28, "token_mean", description="detach random high-covariance tokens"),
+    "kl_cov": LossSpec(kl_cov, 0.2, 0.28, "token_mean", description="KL penalty on top-k covariance tokens"),
+}
+
+
+def register_loss(name: str, spec: LossSpec) -> None:
+    """Add a loss selectable as `algo.name=<name>`."""
+    LOSSES[name] = spec
+
+
+def token_weights(mask: Tensor, agg: str, total_tokens: float, total_seqs: float) -> Tensor:
+    """Per-token weights so that sum(weights * per_token) over every micro-batch is the batch's loss.
+
+    token_mean: each token 1 / (tokens in the batch). seq_mean: each token 1 / (its sequence's tokens x sequences).
+    """
+    if agg == "token_mean":
+        return mask / max(total_tokens, 1.0)
+    if agg == "seq_mean":
+        return mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0) / max(total_seqs, 1.0)
+    raise ValueError(f"unknown loss aggregation {agg!r}")
+
+
+def aggregate(out: LossOutput, weights: Tensor) -> Tensor:
+    return (out.per_token * weights).sum()

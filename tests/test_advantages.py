@@ -1,0 +1,55 @@
+"""Advantage estimators on small batches with hand-computed results."""
+
+import pytest
+
+from eppo_train.advantages import compute_advantages
+from eppo_train.records import Sample
+
+
+def sample(task, group, ep, reward, turn=-1, turns=1, prompt=(1, 2)):
+    ids = [*prompt, 7, 8]
+    return Sample(task, group, ep, turn, ids, [0] * len(prompt) + [1, 1], [0.0] * len(ids), reward, num_turns=turns)
+
+
+def test_grpo_group_normalisation():
+    batch = [sample("t", "g", f"e{i}", r) for i, r in enumerate([1.0, 0.0, 0.0, 1.0])]
+    res = compute_advantages(batch, "grpo")
+    # mean 0.5, population std 0.5
+    assert [s.advantage for s in batch] == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-4)
+    assert res.stats["zero_variance_groups"] == 0
+    no_std = compute_advantages(batch, "grpo", scale_by_std=False)
+    assert [s.advantage for s in no_std.samples] == pytest.approx([0.5, -0.5, -0.5, 0.5])
+
+
+def test_zero_variance_groups_reported_and_filtered():
+    batch = [sample("t", "g1", "a", 1.0), sample("t", "g1", "b", 0.0),
+             sample("t", "g2", "c", 1.0), sample("t", "g2", "d", 1.0)]
+    res = compute_advantages(batch, "grpo")
+    assert res.stats["zero_variance_groups"] == 1 and len(res.samples) == 4
+    assert res.per_task["t"]["zero_var_frac"] == 0.5
+    res = compute_advantages(batch, "grpo", filter_zero_variance=True)
+    assert [s.episode_id for s in res.samples] == ["a", "b"]
+
+
+def test_task_normalisation_equalises_scales():
+    # task x rewards in {0, 10}, task y in {0, 1}: after per-task normalisation both have unit scale
+    batch = [sample("x", "gx", "a", 10.0), sample("x", "gx", "b", 0.0),
+             sample("y", "gy", "c", 1.0), sample("y", "gy", "d", 0.0)]
+    compute_advantages(batch, "task")
+    assert [s.advantage for s in batch] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-4)
+
+
+def test_gigpo_adds_step_advantage_for_shared_states():
+    # window mode, one group: two episodes share the first state (prompt 1,2); their turn-0 samples
+    # form a step group. Episode a wins after 1 turn, b after 3 -> discounted returns 1 and 0.9^2 (gamma 0.9)
+    batch = [sample("t", "g", "a", 1.0, turn=0, turns=1),
+             sample("t", "g", "b", 1.0, turn=0, turns=3),
+             sample("t", "g", "b", 1.0, turn=1, turns=3, prompt=(3, 4)),
+             sample("t", "g", "c", 0.0, turn=0, turns=1, prompt=(5, 6))]
+    compute_advantages(batch, "gigpo", gigpo_gamma=0.9, gigpo_weight=1.0)
+    # episode rewards a=1, b=1, c=0: mean 2/3, std sqrt(2)/3
+    ep = (1 - 2 / 3) / (2 ** 0.5 / 3 + 1e-6)
+    # step group {a turn0 (1.0), b turn0 (0.81)}: mean 0.905, std 0.095 -> +1 / -1
+    assert batch[0].advantage == pytest.approx(ep + 1.0, abs=1e-4)
+    assert batch[1].advantage == pytest.approx(ep - 1.0, abs=1e-4)
+    assert batch[2].advantage == pytest.approx(ep, abs=1e-4)  # a state seen once: episode advantage only

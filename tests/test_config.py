@@ -1,0 +1,50 @@
+"""Config loading, overrides and one-line errors."""
+
+import pytest
+
+from eppo_train.config import Config, ConfigError, from_dict, load_config, save_config, to_dict
+
+
+def test_shipped_configs_load():
+    for name in ("tiny", "default"):
+        cfg = load_config(name)
+        assert isinstance(cfg, Config) and cfg.env.tasks
+    tiny = load_config("tiny")
+    assert tiny.model.name == "tiny" and len(tiny.env.tasks) >= 2
+
+
+def test_overrides_are_typed():
+    cfg = load_config("tiny", ["algo.name=grpo", "rollout.group_size=4", "learner.lr=3e-4",
+                               "ray.enabled=false", "env.tasks.0.problems=5", "learner.betas=[0.8, 0.9]"])
+    assert cfg.algo.name == "grpo" and cfg.rollout.group_size == 4 and cfg.learner.lr == 3e-4
+    assert cfg.ray.enabled is False and cfg.env.tasks[0].problems == 5 and cfg.learner.betas == (0.8, 0.9)
+    assert load_config("tiny", ["pacing.eps_max=0.4"]).pacing.eps_max == 0.4  # int-like -> float fine
+
+
+@pytest.mark.parametrize("override, words", [
+    ("algo.nme=grpo", "unknown key algo.nme"),
+    ("algo.name=ppo2", "algo.name: unknown loss 'ppo2'"),
+    ("rollout.group_size=many", "rollout.group_size: expected a whole number"),
+    ("ray.enabled=maybe", "ray.enabled: expected true or false"),
+    ("pacing.variant=sideways", "pacing.variant"),
+    ("env.tasks.9.problems=1", "no item '9'"),
+    ("learner.lr", "--set expects KEY=VALUE"),
+    ("bogus.key=1", "unknown key bogus"),
+])
+def test_bad_keys_and_values_are_one_line(override, words):
+    with pytest.raises(ConfigError) as exc:
+        load_config("tiny", [override])
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_unknown_config_name():
+    with pytest.raises(ConfigError, match="no config named 'nope'"):
+        load_config("nope")
+
+
+def test_save_and_reload_round_trip(tmp_path):
+    cfg = load_config("tiny", ["algo.name=dapo", "pacing.target_entropy={guess_small: 0.7}"])
+    save_config(cfg, tmp_path / "config.yaml")
+    again = load_config(str(tmp_path / "config.yaml"))
+    assert to_dict(again) == to_dict(cfg) and again.pacing.target_entropy == {"guess_small": 0.7}
+    assert from_dict(to_dict(cfg)) == cfg

@@ -1,0 +1,78 @@
+"""The entropy pacer against hand-computed bounds."""
+
+import pytest
+
+from eppo_train.config import PacingConfig
+from eppo_train.pacing import EntropyPacer
+
+
+def pacer(**kw):
+    cfg = PacingConfig(**{"warmup": 0, "beta": 0.9, "lam": 0.5, "alpha": 2.0, **kw})
+    return EntropyPacer(cfg, eps_low=0.2, eps_high=0.28)
+
+
+def test_low_entropy_task_gets_tighter_range_high_gets_looser():
+    p = pacer()
+    step = p.update({"a": 0.2, "b": 1.0})
+    # mean 0.6. a: z = log(1/3), sigmoid(2z) = 1/(1+9) = 0.1, c = 1 + 0.5(0.2 - 1) = 0.6
+    assert step.bounds["a"] == pytest.approx((0.12, 0.168))
+    # b: z = log(1/0.6), sigmoid(2z) = 1/(1+0.36), c = 1 + 0.5(2/1.36 - 1)
+    c = 1 + 0.5 * (2 / 1.36 - 1)
+    assert step.bounds["b"] == pytest.approx((0.2 * c, 0.28 * c))
+    assert step.bounds["a"][1] < 0.28 < step.bounds["b"][1]
+
+
+def test_ema_update():
+    p = pacer()
+    p.update({"a": 1.0, "b": 1.0})
+    step = p.update({"a": 0.0, "b": 2.0})
+    assert step.ema == pytest.approx({"a": 0.9, "b": 1.1})
+
+
+def test_bounds_stay_clamped():
+    p = pacer(lam=0.9, alpha=10.0, eps_min=0.1, eps_max=0.3)
+    step = p.update({"a": 0.01, "b": 5.0})
+    lo_a, hi_a = step.bounds["a"]
+    lo_b, hi_b = step.bounds["b"]
+    assert lo_a == pytest.approx(0.1) and hi_a == pytest.approx(0.1)  # 0.1*0.2 and ~0.1*0.28 clamp to eps_min
+    assert hi_b == pytest.approx(0.3)  # 1.9*0.28 clamps to eps_max
+
+
+def test_warmup_holds_the_base():
+    p = pacer(warmup=2)
+    for _ in range(2):
+        step = p.update({"a": 0.2, "b": 1.0})
+        assert step.bounds == {"a": (0.2, 0.28), "b": (0.2, 0.28)}
+    step = p.update({"a": 0.2, "b": 1.0})
+    assert step.bounds["a"][0] < 0.2 < step.bounds["b"][0]
+
+
+def test_variants():
+    high = pacer(variant="high").update({"a": 0.2, "b": 1.0})
+    assert high.bounds["a"] == pytest.approx((0.2, 0.168))
+    low = pacer(variant="low").update({"a": 0.2, "b": 1.0})
+    assert low.bounds["a"] == pytest.approx((0.12, 0.28))
+    # target: a sits at its target (c = 1), b is above its target of 0.5 -> looser
+    target = pacer(variant="target", target_entropy={"a": 0.2, "b": 0.5}).update({"a": 0.2, "b": 1.0})
+    assert target.bounds["a"] == pytest.approx((0.2, 0.28))
+    assert target.bounds["b"][0] > 0.2
+
+
+def test_crossovers_and_spikes():
+    p = pacer(beta=0.0, tau=0.5)  # beta 0: the EMA is the last value, so the order flips at once
+    assert p.update({"a": 1.0, "b": 0.5}).crossovers == []
+    step = p.update({"a": 0.4, "b": 0.5})
+    assert step.crossovers == [("a", "b")] and step.spikes == []
+    step = p.update({"a": 0.4, "b": 0.8})  # 0.8 > 1.5 * 0.5 -> spike
+    assert step.spikes == ["b"] and step.crossovers == []
+    assert (p.crossovers, p.spikes) == (1, 1)
+
+
+def test_state_round_trip():
+    p = pacer(warmup=1)
+    for h in ({"a": 0.3, "b": 0.9}, {"a": 0.5, "b": 0.4}):
+        p.update(h)
+    q = pacer(warmup=1)
+    q.load_state_dict(p.state_dict())
+    nxt = {"a": 0.2, "b": 0.7}
+    assert p.update(nxt) == q.update(nxt)
