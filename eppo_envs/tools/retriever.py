@@ -91,7 +91,8 @@ def register_retriever(name: str) -> Callable[[type[Retriever]], type[Retriever]
 
 
 def make_retriever(name: str = "bm25s", **kwargs: Any) -> Retriever:
-    _import_optional_backends()
+    if name not in RETRIEVERS:  # only then pay for the optional backends' imports (the dense one loads torch)
+        _import_optional_backends()
     if name not in RETRIEVERS:
         raise ValueError(f"unknown retriever backend {name!r}; available: {', '.join(sorted(RETRIEVERS))}")
     return RETRIEVERS[name](**kwargs)
