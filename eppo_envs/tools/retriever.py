@@ -37,6 +37,16 @@ class Document:
         return f"{self.title}\n{self.text}" if self.title else self.text
 
 
+def document_from_json(data: dict[str, Any], default_id: str = "") -> Document:
+    """A Document from a Search-R1/pyserini JSON record: `id` with `title`+`text`, or `contents` ("title\ntext")."""
+    doc_id = str(data.get("id", data.get("docid", default_id)))
+    if "title" in data or "text" in data:
+        return Document(doc_id, str(data.get("title", "")), str(data.get("text", "")))
+    contents = str(data.get("contents", ""))
+    title, _, text = contents.partition("\n")
+    return Document(doc_id, title.strip().strip('"'), text.strip()) if text else Document(doc_id, "", contents)
+
+
 @dataclass(frozen=True)
 class Hit:
     doc: Document

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eppo_envs.tools.retriever import Document, Hit, Retriever, register_retriever
+from eppo_envs.tools.retriever import Document, Hit, Retriever, document_from_json, register_retriever
 
 _INDEX_BATCH = 2_000
 
@@ -126,12 +126,3 @@ class LuceneRetriever(Retriever):
         self._positional = True
         self._open(path / "lucene")
 
-
-def document_from_json(data: dict[str, Any], default_id: str = "") -> Document:
-    """A Document from a Search-R1/pyserini JSON record: `id` with `contents` ("title\\ntext" or quoted title)."""
-    doc_id = str(data.get("id", data.get("docid", default_id)))
-    if "title" in data or "text" in data:
-        return Document(doc_id, str(data.get("title", "")), str(data.get("text", "")))
-    contents = str(data.get("contents", ""))
-    title, _, text = contents.partition("\n")
-    return Document(doc_id, title.strip().strip('"'), text.strip()) if text else Document(doc_id, "", contents)
