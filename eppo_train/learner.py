@@ -1,0 +1,325 @@
+"""The learner: log-probs and entropies of the sampled tokens, the chosen loss, AdamW, checkpoints.
+
+One `train_step(samples)` per iteration:
+  1. a no-grad pass recomputes the old log-probs with the training model (bf16 sampling drifts from fp32, see
+     DESIGN.md) and the token entropies that give each task's H_k; the pacer turns them into per-task bounds;
+  2. `epochs` x `mini_batches` optimizer steps; each mini-batch is split into micro-batches under a padded-token
+     budget and its gradient accumulated with weights computed over the whole mini-batch (exact accumulation);
+     grad-norm clipping, AdamW.
+Logits are only formed for the positions that predict a model token, a chunk of positions at a time (under
+activation checkpointing when gradients are needed), so the vocabulary-sized tensor never exists for the batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from eppo_train.config import Config
+from eppo_train.losses import LOSSES, LossInputs, aggregate, token_weights
+from eppo_train.pacing import EntropyPacer, PaceStep
+from eppo_train.records import Sample
+
+
+@dataclass
+class StepReport:
+    step: int
+    metrics: dict[str, float] = field(default_factory=dict)  # batch-level: loss, grad_norm, tokens/s, ...
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)  # task -> entropy, ema, eps, clip_frac...
+    pace: PaceStep | None = None
+
+
+def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The stack of transformer blocks (Llama/Mistral/Qwen `layers`, GPT-2 `h`)."""
+    base = model.base_model
+    for name in ("layers", "h", "blocks"):
+        layers = getattr(base, name, None)
+        if isinstance(layers, torch.nn.ModuleList):
+            return layers
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to train only the top ones")
+
+
+def freeze_below_top(model: torch.nn.Module, n: int) -> None:
+    """Train only the top `n` blocks and the final norm: backward stops there (~2.3x faster on CPU)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in _decoder_layers(model)[-n:]:
+        for p in block.parameters():
+            p.requires_grad_(True)
+    norm = getattr(model.base_model, "norm", None) or getattr(model.base_model, "ln_f", None)
+    if norm is not None:
+        for p in norm.parameters():
+            p.requires_grad_(True)
+
+
+def token_logprobs_entropy(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk: int = 256,
+    grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob and entropy (fp32, nats) of every masked token, as [B, T] tensors (0 elsewhere).
+
+    Token t is predicted from the hidden state at t-1; only masked positions reach the vocab projection.
+    """
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    head = model.get_output_embeddings()
+    where = mask[:, 1:] > 0
+    states = hidden[:, :-1][where]  # [N, H]
+    targets = input_ids[:, 1:][where]  # [N]
+
+    def project(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head(h).float() / temperature
+        lse = torch.logsumexp(logits, dim=-1)
+        lp = logits.gather(1, t[:, None]).squeeze(1) - lse
+        ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        return lp, ent
+
+    lps, ents = [], []
+    for s in range(0, states.shape[0], chunk):
+        h, t = states[s : s + chunk], targets[s : s + chunk]
+        if grad and h.requires_grad:
+            lp, ent = checkpoint(project, h, t, use_reentrant=False)
+        else:
+            lp, ent = project(h, t)
+        lps.append(lp)
+        ents.append(ent)
+    logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(logprobs)
+    if lps:
+        full = torch.zeros_like(logprobs[:, 1:])
+        logprobs = torch.cat([logprobs[:, :1], full.masked_scatter(where, torch.cat(lps))], dim=1)
+        entropy[:, 1:][where] = torch.cat(ents).detach()
+    return logprobs, entropy
+
+
+def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
+    """Indices grouped (length-sorted) so that rows x longest row <= budget tokens; at least one row each."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Learner:
+    def __init__(self, cfg: Config, model: torch.nn.Module | None = None, device: str | None = None) -> None:
+        from eppo_train.policy.models import load_model
+
+        self.cfg = cfg
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        torch.manual_seed(cfg.run.seed)
+        self.model = model if model is not None else load_model(cfg.model.name, cfg.model.dtype, self.device)
+        self.model.to(self.device).train()
+        if cfg.learner.train_top_layers > 0:
+            freeze_below_top(self.model, cfg.learner.train_top_layers)
+        self.ref = None
+        if cfg.algo.kl_coef > 0:
+            self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        lc = cfg.learner
+        self.optimizer = torch.optim.AdamW(params, lr=lc.lr, betas=lc.betas, weight_decay=lc.weight_decay)
+        self.spec = LOSSES[cfg.algo.name]
+        self.eps_low = cfg.algo.eps_low if cfg.algo.eps_low is not None else self.spec.eps_low
+        self.eps_high = cfg.algo.eps_high if cfg.algo.eps_high is not None else self.spec.eps_high
+        self.agg = cfg.algo.loss_agg or self.spec.agg
+        # Every loss tracks H^_k, crossovers and spikes (to compare entropy dynamics); only paced ones use the bounds.
+        self.pacer = EntropyPacer(cfg.pacing, self.eps_low, self.eps_high)
+        self.rng = torch.Generator().manual_seed(cfg.run.seed)  # Clip-Cov's token choice, mini-batch shuffling
+        self.step = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _autocast(self):
+        on_gpu = self.device.startswith("cuda")
+        if on_gpu or self.cfg.learner.bf16_autocast_cpu:
+            return torch.autocast(device_type="cuda" if on_gpu else "cpu", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def _pad(self, samples: list[Sample], idx: list[int]) -> dict[str, torch.Tensor]:
+        rows = [samples[i] for i in idx]
+        width = max(len(s.input_ids) for s in rows)
+        out = {k: torch.zeros(len(rows), width) for k in ("mask", "old", "adv", "lo", "hi")}
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        attn = torch.zeros(len(rows), width, dtype=torch.long)
+        for r, s in enumerate(rows):
+            n = len(s.input_ids)
+            ids[r, :n] = torch.tensor(s.input_ids)
+            attn[r, :n] = 1
+            out["mask"][r, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
+            out["old"][r, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+            out["adv"][r, :n] = s.advantage
+            lo, hi = self._bounds.get(s.task, (self.eps_low, self.eps_high))
+            out["lo"][r, :n], out["hi"][r, :n] = lo, hi
+        out["mask"][:, 0] = 0.0  # nothing predicts the first token
+        out["ids"], out["attn"] = ids, attn
+        return {k: v.to(self.device) for k, v in out.items()}
+
+    def _stats(self, model, b: dict[str, torch.Tensor], grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._autocast():
+            return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], self.cfg.rollout.temperature,
+                                          self.cfg.learner.logit_chunk, grad=grad)
+
+    # ------------------------------------------------------------------ the update
+    def train_step(self, samples: list[Sample]) -> StepReport:
+        """One iteration's update on a batch with advantages filled in."""
+        t0 = time.perf_counter()
+        samples = [s for s in samples if s.num_response_tokens > 0]
+        lc = self.cfg.learner
+        batches = micro_batches([len(s.input_ids) for s in samples], lc.micro_batch_tokens)
+        self._bounds: dict[str, tuple[float, float]] = {}
+
+        # 1. no-grad pass: old log-probs under the training model, entropies (H_k), reference log-probs
+        ent_sum: dict[str, float] = defaultdict(float)
+        tok: dict[str, float] = defaultdict(float)
+        ref_lp: dict[int, list[float]] = {}
+        self.model.eval()
+        with torch.no_grad():
+            for idx in batches:
+                b = self._pad(samples, idx)
+                lp, ent = self._stats(self.model, b, grad=False)
+                ref = self._stats(self.ref, b, grad=False)[0] if self.ref is not None else None
+                for r, i in enumerate(idx):
+                    s, n = samples[i], len(samples[i].input_ids)
+                    m = b["mask"][r, :n]
+                    ent_sum[s.task] += float((ent[r, :n] * m).sum())
+                    tok[s.task] += float(m.sum())
+                    if lc.recompute_old_logprobs:
+                        s.old_logprobs = (lp[r, :n] * m).tolist()
+                    if ref is not None:
+                        ref_lp[i] = ref[r, :n].tolist()
+        self.model.train()
+        entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
+        pace = self.pacer.update(entropy)
+        if self.spec.paced:
+            self._bounds = dict(pace.bounds)
+
+        # 2. optimizer steps
+        acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        losses, norms = [], []
+        options = {k: getattr(self.cfg.algo, k) for k in
+                   ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "kl_cov_coef")}
+        for _ in range(lc.epochs):
+            perm = torch.randperm(len(samples), generator=self.rng).tolist()
+            for mb in np.array_split(np.array(perm, dtype=int), min(lc.mini_batches, max(len(samples), 1))):
+                mb = [int(i) for i in mb]
+                if not mb:
+                    continue
+                total_tokens = float(sum(samples[i].num_response_tokens for i in mb))
+                self.optimizer.zero_grad(set_to_none=True)
+                loss_total = 0.0
+                for idx in micro_batches([len(samples[i].input_ids) for i in mb], lc.micro_batch_tokens):
+                    rows = [mb[j] for j in idx]
+                    b = self._pad(samples, rows)
+                    lp, _ = self._stats(self.model, b, grad=True)
+                    ref = None
+                    if self.ref is not None:
+                        ref = torch.zeros_like(lp)
+                        for r, i in enumerate(rows):
+                            ref[r, : len(ref_lp[i])] = torch.tensor(ref_lp[i])
+                    inp = LossInputs(lp, b["old"], b["adv"], b["mask"], b["lo"], b["hi"], ref, self.cfg.algo.kl_coef,
+                                     options, self.rng)
+                    out = self.spec.fn(inp)
+                    loss = aggregate(out, token_weights(b["mask"], self.agg, total_tokens, float(len(mb))))
+                    loss.backward()
+                    loss_total += float(loss.detach())
+                    for r, i in enumerate(rows):
+                        a = acc[samples[i].task]
+                        a["clipped"] += float(out.clipped[r].sum())
+                        a["kl"] += float(out.approx_kl[r].sum())
+                        a["tokens"] += float(b["mask"][r].sum())
+                params = [p for p in self.model.parameters() if p.requires_grad]
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, lc.max_grad_norm)))
+                self.optimizer.step()
+                losses.append(loss_total)
+        self.step += 1
+        elapsed = time.perf_counter() - t0
+        all_tokens = sum(len(s.input_ids) for s in samples)
+        per_task = {}
+        for t in sorted(entropy):
+            lo, hi = self._bounds.get(t, (self.eps_low, self.eps_high))
+            a = acc[t]
+            per_task[t] = {
+                "entropy": entropy[t],
+                "entropy_ema": pace.ema[t],
+                "pace_scale": pace.scale[t] if self.spec.paced else 1.0,
+                "eps_low": lo,
+                "eps_high": hi,
+                "clip_frac": a["clipped"] / max(a["tokens"], 1.0),
+                "approx_kl": a["kl"] / max(a["tokens"], 1.0),
+                "learner_tokens": tok[t],
+            }
+        metrics = {
+            "loss": float(np.mean(losses)) if losses else 0.0,
+            "grad_norm": float(np.mean(norms)) if norms else 0.0,
+            "learner_time_s": elapsed,
+            "learner_tokens": float(all_tokens),
+            "learner_tokens_per_s": all_tokens * lc.epochs / max(elapsed, 1e-9),
+            "entropy_crossovers": float(len(pace.crossovers)),
+            "entropy_spikes": float(len(pace.spikes)),
+            "entropy_crossovers_total": float(self.pacer.crossovers),
+            "entropy_spikes_total": float(self.pacer.spikes),
+        }
+        return StepReport(self.step, metrics, per_task, pace)
+
+    # ------------------------------------------------------------------ weights and checkpoints
+    def trainable_weights(self) -> dict[str, torch.Tensor]:
+        """The parameters the optimizer changes, on CPU: what the generator needs after each step."""
+        return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path / "model"), safe_serialization=True)
+        torch.save(
+            {
+                "step": self.step,
+                "optimizer": self.optimizer.state_dict(),
+                "pacer": self.pacer.state_dict(),
+                "rng": {
+                    "torch": torch.get_rng_state(),
+                    "learner": self.rng.get_state(),
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(),
+                },
+            },
+            path / "learner.pt",
+        )
+
+    def load(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        weights: dict[str, torch.Tensor] = {}
+        for f in sorted((path / "model").glob("*.safetensors")):
+            weights.update(load_file(str(f)))
+        missing, _ = self.model.load_state_dict(weights, strict=False)
+        # save_pretrained omits tied copies (lm_head = embed_tokens): missing is fine when it shares storage.
+        own = self.model.state_dict()
+        loaded = {own[k].data_ptr() for k in weights if k in own}
+        lacking = [k for k in missing if own[k].data_ptr() not in loaded]
+        if lacking:
+            raise ValueError(f"checkpoint {path} lacks weights: {lacking[:3]}")
+        state = torch.load(path / "learner.pt", weights_only=False)  # our own file: RNG states are tuples/arrays
+        self.step = int(state["step"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.pacer.load_state_dict(state["pacer"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.rng.set_state(state["rng"]["learner"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
