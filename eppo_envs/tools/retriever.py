@@ -202,7 +202,8 @@ class BM25sRetriever(Retriever):
         results: list[list[Hit]] = []
         for query_tokens in self._tokenize(queries, return_ids=False):
             # Words the index has never seen carry no signal; a query made only of them matches nothing.
-            known = [t for t in query_tokens if t in self.model.vocab_dict]
+            # bm25s keeps "" in its vocabulary as a placeholder for empty documents; it is not a real term.
+            known = [t for t in query_tokens if t and t in self.model.vocab_dict]
             if not known:
                 results.append([])
                 continue
