@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
@@ -29,11 +30,13 @@ class ShopServer:
         self.world = world
         self.sessions: dict[str, ShopSession] = {}
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, 0), _make_handler(self))
+        # The handler holds only a weak reference, so a forgotten server is collected and its finalizer stops it.
+        self._httpd = ThreadingHTTPServer((host, 0), _make_handler(weakref.ref(self)))
         self._httpd.daemon_threads = True
         self.host, self.port = host, self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"webshop-http-{self.port}", daemon=True)
         self._thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown, self._httpd, self._thread)
 
     def url(self, sid: str) -> str:
         return f"http://{self.host}:{self.port}/s/{sid}/"
@@ -61,12 +64,16 @@ class ShopServer:
             return render_html(session.page(), sid)
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._httpd.shutdown()
-        self._httpd.server_close()
+        self._finalizer()
 
 
-def _make_handler(server: ShopServer) -> type[BaseHTTPRequestHandler]:
+def _shutdown(httpd: ThreadingHTTPServer, thread: threading.Thread) -> None:
+    if thread.is_alive():
+        httpd.shutdown()
+    httpd.server_close()
+
+
+def _make_handler(server_ref: weakref.ref[ShopServer]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:  # keep test output clean
             pass
@@ -91,19 +98,19 @@ def _make_handler(server: ShopServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            route = self._route()
-            html = server.handle(route[0], None, {}) if route and route[1] is None else None
+            route, server = self._route(), server_ref()
+            html = server.handle(route[0], None, {}) if server and route and route[1] is None else None
             if html is None:
                 self._send(404, "<html><body><p>No such WebShop session.</p></body></html>")
             else:
                 self._send(200, html)
 
         def do_POST(self) -> None:
-            route = self._route()
+            route, server = self._route(), server_ref()
             length = min(int(self.headers.get("Content-Length") or 0), _MAX_BODY)
             raw = self.rfile.read(length).decode("utf-8", errors="replace")
             form = {k: v[0] for k, v in parse_qs(raw, keep_blank_values=True).items()}
-            if not route or route[1] is None or server.handle(route[0], route[1], form) is None:
+            if not server or not route or route[1] is None or server.handle(route[0], route[1], form) is None:
                 self._send(404, "<html><body><p>No such WebShop session.</p></body></html>")
                 return
             self._send(303, "", location=f"/s/{route[0]}/")

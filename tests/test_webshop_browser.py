@@ -1,0 +1,138 @@
+"""WebShop in headless Chromium: same text and rewards as text mode, isolated sessions, no orphan browsers."""
+
+import gc
+import os
+from pathlib import Path
+
+import pytest
+
+import eppo_envs
+import eppo_envs.webshop  # noqa: F401
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="Debian chromium is not installed"),
+]
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _chromium_pids(profile_dir: str) -> list[int]:
+    """Processes whose command line names this profile dir (Chromium and all its helpers)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if profile_dir.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def pair():
+    browser, text = eppo_envs.make("eppo/WebShop-Browser-v0"), eppo_envs.make("eppo/WebShop-v0")
+    yield browser, text
+    browser.close()
+    text.close()
+
+
+def _scripted(seed: int) -> list[str]:
+    """A detour through every page kind before the expert takes over (None = ask the expert)."""
+    detours = [
+        ["search[wireless earbuds]", "click[next >]", "click[< prev]", "click[back to search]"],
+        ["click[buy now]", "search[shampoo sulfate free]", "search[again]", "click[back to search]"],
+        [None, "click[next >]", "click[< prev]"],
+        [None, None, "click[description]", "click[< prev]", "click[features]", "click[reviews]", "click[< prev]"],
+        [None, None, "click[reviews]", "click[< prev]", "click[nonsense]", "<action>oops"],
+    ]
+    return detours[seed % len(detours)]
+
+
+def _act(env, action):
+    return env.unwrapped.expert_action() if action is None else action
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_same_actions_same_observations_and_rewards(pair, seed):
+    browser, text = pair
+    obs_b, info_b = browser.reset(seed=seed, options={"split": "test"})
+    obs_t, info_t = text.reset(seed=seed, options={"split": "test"})
+    assert _norm(obs_b) == _norm(obs_t) and info_b["instruction"] == info_t["instruction"]
+    plan = _scripted(seed) + [None] * 15
+    for step, planned in enumerate(plan):
+        action = _act(text, planned)
+        assert planned is not None or action == browser.unwrapped.expert_action()
+        obs_b, r_b, term_b, trunc_b, info_b = browser.step(action)
+        obs_t, r_t, term_t, trunc_t, info_t = text.step(action)
+        assert _norm(obs_b) == _norm(obs_t), f"step {step} {action!r}"
+        assert (r_b, term_b, trunc_b) == (r_t, term_t, trunc_t)
+        assert info_b["action_valid"] == info_t["action_valid"]
+        assert info_b["admissible_actions"] == info_t["admissible_actions"]
+        if term_t or trunc_t:
+            break
+    assert term_t and info_b["won"] == info_t["won"]
+
+
+def test_two_browser_envs_do_not_see_each_other(pair):
+    _, text = pair
+    a, b = eppo_envs.make("eppo/WebShop-Browser-v0"), eppo_envs.make("eppo/WebShop-Browser-v0")
+    try:
+        obs_a, _ = a.reset(seed=10, options={"split": "test"})
+        obs_b, _ = b.reset(seed=11, options={"split": "test"})
+        assert obs_a != obs_b
+        a.step("<action>search[bluetooth speaker waterproof]</action>")
+        a.step("<action>click[next >]</action>")
+        # b is still on its own search page, with its own instruction
+        obs_b, _, _, _, info_b = b.step("<action>click[next >]</action>")
+        assert not info_b["action_valid"] and "search[<your query>]" in obs_b
+        obs_b, _, _, _, info_b = b.step("<action>search[coffee beans]</action>")
+        text.reset(seed=11, options={"split": "test"})
+        obs_t, *_ = text.step("<action>search[coffee beans]</action>")
+        assert _norm(obs_b) == _norm(obs_t) and "Page 1 of" in obs_b
+        obs_a, *_ = a.step("<action>click[< prev]</action>")
+        assert "Page 1 of" in obs_a and "Instruction: " + a.unwrapped.goal.instruction in obs_a
+        assert a.unwrapped.frontend.browser.profile_dir != b.unwrapped.frontend.browser.profile_dir
+    finally:
+        a.close()
+        b.close()
+
+
+def test_dead_browser_is_restarted_and_the_session_goes_on(pair):
+    browser, text = pair
+    browser.reset(seed=4, options={"split": "test"})
+    text.reset(seed=4, options={"split": "test"})
+    for _ in range(2):
+        action = text.unwrapped.expert_action()
+        browser.step(action)
+        text.step(action)
+    browser.unwrapped.frontend.browser.driver.quit()  # Chromium is gone; the server keeps the session
+    action = text.unwrapped.expert_action()
+    obs_b, *_ = browser.step(action)
+    obs_t, *_ = text.step(action)
+    assert _norm(obs_b) == _norm(obs_t)
+
+
+def test_close_and_garbage_collection_leave_no_chromium():
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    env.reset(seed=0)
+    profile = env.unwrapped.frontend.browser.profile_dir
+    assert _chromium_pids(profile)
+    env.close()
+    assert not _chromium_pids(profile) and not os.path.exists(profile)
+    env.close()  # closing twice is fine
+
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    env.reset(seed=0)
+    profile = env.unwrapped.frontend.browser.profile_dir
+    port = env.unwrapped.frontend.server.port
+    del env
+    gc.collect()
+    assert not _chromium_pids(profile)
+    import socket
+
+    with socket.socket() as s:  # the server's port was released
+        assert s.connect_ex(("127.0.0.1", port)) != 0
