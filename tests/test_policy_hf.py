@@ -113,3 +113,16 @@ def test_default_model_answers_a_question():
     )
     gen = policy.generate([prompt], SamplingParams(max_new_tokens=24, temperature=0))[0]
     assert "Paris" in gen.text and gen.finished
+
+
+def test_sampler_draws_from_the_processed_distribution():
+    from eppo_train.policy.hf import _Sampler
+
+    probs = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    scores = probs.log().repeat(20_000, 1)  # the 0.0 entry is -inf, as after a top-p cut
+    sampler = _Sampler(greedy=False, generator=torch.Generator().manual_seed(0))
+    out = sampler(torch.zeros(20_000, 1, dtype=torch.long), scores)
+    tokens = out.argmax(-1)
+    freq = torch.bincount(tokens, minlength=4).float() / 20_000
+    assert torch.allclose(freq, probs, atol=0.02) and freq[3] == 0
+    assert torch.allclose(sampler.logprobs(20_000)[:, 0], probs.log()[tokens])

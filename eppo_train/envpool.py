@@ -1,0 +1,281 @@
+"""Env instances for a rollout batch: in this process (`LocalEnvPool`) or spread over Ray env workers (`RayEnvPool`).
+
+The rollout addresses episodes by *slot* (0..n-1 in a batch). A slot keeps its env instance across batches when it
+runs the same task again, so expensive envs (ALFWorld, WebShop) are built once. Envs travel to workers as gymnasium
+`EnvSpec`s, so any task registered in the driver (built-in or a user's) is made the same way in a worker.
+
+A dead Ray worker is replaced and its episodes are rebuilt by resetting on the same `(split, seed)` and replaying the
+actions taken so far: EPPO envs are deterministic, so the rollout goes on as if nothing had happened.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+import eppo_envs  # noqa: F401  (registers the built-in tasks)
+
+StepOut = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class EnvJob:
+    """Start `env_id` on `(split, seed)` in `slot`."""
+
+    slot: int
+    env_id: str
+    split: str
+    seed: int
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec (raises a KeyError naming the known tasks for an unknown id)."""
+    if env_id not in gym.registry:
+        raise KeyError(f"unknown task {env_id!r}; registered: {', '.join(eppo_envs.tasks())}")
+    return gym.spec(env_id)
+
+
+class EnvHost:
+    """The env instances of one process, by slot. Used directly by `LocalEnvPool` and inside each Ray worker."""
+
+    def __init__(self, env_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        self.env_kwargs = env_kwargs or {}
+        self.envs: dict[int, tuple[str, gym.Env]] = {}
+
+    def _env(self, slot: int, spec: gym.envs.registration.EnvSpec) -> gym.Env:
+        held = self.envs.get(slot)
+        if held is not None and held[0] == spec.id:
+            return held[1]
+        if held is not None:
+            held[1].close()
+        env = gym.make(spec, **self.env_kwargs.get(spec.id, {}))
+        self.envs[slot] = (spec.id, env)
+        return env
+
+    def reset(self, jobs: Sequence[tuple[EnvJob, gym.envs.registration.EnvSpec]]) -> list[tuple[str, dict]]:
+        out = []
+        for job, spec in jobs:
+            env = self._env(job.slot, spec)
+            out.append(env.reset(seed=job.seed, options={"split": job.split}))
+        return out
+
+    def step(self, pairs: Sequence[tuple[int, str]]) -> list[StepOut]:
+        out: list[StepOut] = []
+        for slot, action in pairs:
+            env = self.envs[slot][1]
+            try:
+                obs, reward, terminated, truncated, info = env.step(action)
+            except Exception as exc:  # an env bug must not take the whole batch down: end this episode, say why
+                info = {"env_error": f"{type(exc).__name__}: {exc}", "won": False, "action_valid": False,
+                        "traceback": traceback.format_exc(limit=5)}
+                obs, reward, terminated, truncated = f"Environment error: {exc}", 0.0, False, True
+            out.append((obs, float(reward), bool(terminated), bool(truncated), info))
+        return out
+
+    def expert_actions(self, slots: Sequence[int]) -> list[str]:
+        out = []
+        for slot in slots:
+            try:
+                out.append(self.envs[slot][1].unwrapped.expert_action())
+            except Exception as exc:  # no expert, or it failed: an empty (invalid) turn, reported by the env
+                out.append(f"<!-- no expert action: {type(exc).__name__} -->")
+        return out
+
+    def replay(self, items: Sequence[tuple[EnvJob, gym.envs.registration.EnvSpec, list[str]]]) -> int:
+        """Rebuild episodes after a worker restart: reset on the same seeds, then re-apply their actions."""
+        for job, spec, actions in items:
+            self.reset([(job, spec)])
+            self.step([(job.slot, a) for a in actions])
+        return len(items)
+
+    def close(self) -> None:
+        for _, env in self.envs.values():
+            env.close()
+        self.envs.clear()
+
+
+class EnvPool(ABC):
+    """Where the rollout's envs live. Results come back in the order of the request."""
+
+    num_workers: int = 1
+
+    @abstractmethod
+    def reset(self, jobs: Sequence[EnvJob]) -> list[tuple[str, dict]]: ...
+
+    @abstractmethod
+    def step(self, slots: Sequence[int], actions: Sequence[str]) -> list[StepOut]: ...
+
+    @abstractmethod
+    def expert_actions(self, slots: Sequence[int]) -> list[str]: ...
+
+    def close(self) -> None:  # noqa: B027
+        """Release the envs (and workers)."""
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalEnvPool(EnvPool):
+    """Every env in this process: no startup cost, the right choice for fast envs and tests."""
+
+    def __init__(self, env_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        self.host = EnvHost(env_kwargs)
+
+    def reset(self, jobs: Sequence[EnvJob]) -> list[tuple[str, dict]]:
+        return self.host.reset([(job, env_spec(job.env_id)) for job in jobs])
+
+    def step(self, slots: Sequence[int], actions: Sequence[str]) -> list[StepOut]:
+        return self.host.step(list(zip(slots, actions, strict=True)))
+
+    def expert_actions(self, slots: Sequence[int]) -> list[str]:
+        return self.host.expert_actions(slots)
+
+    def close(self) -> None:
+        self.host.close()
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to a cluster at `address`, or start a local Ray (token auth off: a local run has no secrets)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+
+
+@dataclass
+class _SlotState:
+    job: EnvJob
+    spec: gym.envs.registration.EnvSpec
+    worker: int
+    actions: list[str] = field(default_factory=list)
+
+
+class RayEnvPool(EnvPool):
+    """Env instances spread over `num_workers` Ray actors; each hosts a slice of the batch, of any tasks."""
+
+    def __init__(
+        self,
+        num_workers: int,
+        *,
+        address: str | None = None,
+        env_kwargs: dict[str, dict[str, Any]] | None = None,
+        cpus_per_worker: float | None = None,
+        max_restarts: int = 3,
+    ) -> None:
+        import ray
+
+        init_ray(address)
+        self._ray = ray
+        self.num_workers = max(1, int(num_workers))
+        total = ray.cluster_resources().get("CPU", 1.0)
+        # Env workers mostly wait on the generator; let several share a core instead of blocking on scheduling.
+        self.cpus_per_worker = cpus_per_worker if cpus_per_worker is not None else min(1.0, total / self.num_workers)
+        self.env_kwargs = env_kwargs or {}
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._actor_cls = ray.remote(EnvHost)
+        self.workers = [self._spawn() for _ in range(self.num_workers)]
+        self.slots: dict[int, _SlotState] = {}
+
+    def _spawn(self):
+        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(self.env_kwargs)
+
+    # ----------------------------------------------------------------- fan out, survive dead workers
+    def _fan_out(self, method: str, per_worker: dict[int, list]) -> dict[int, list]:
+        calls = {w: getattr(self.workers[w], method).remote(args) for w, args in per_worker.items() if args}
+        results: dict[int, list] = {}
+        for w, ref in calls.items():
+            for attempt in range(self.max_restarts + 1):
+                try:
+                    results[w] = self._ray.get(ref)
+                    break
+                except (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorDiedError):
+                    if attempt == self.max_restarts:
+                        raise
+                    self._replace(w)
+                    ref = getattr(self.workers[w], method).remote(per_worker[w])
+        return results
+
+    def _replace(self, w: int) -> None:
+        """A fresh actor for worker `w`, with its episodes rebuilt from their seeds and past actions."""
+        self.restarts += 1
+        try:
+            self._ray.kill(self.workers[w])
+        except Exception:  # already gone
+            pass
+        self.workers[w] = self._spawn()
+        items = [(s.job, s.spec, list(s.actions)) for s in self.slots.values() if s.worker == w]
+        self._ray.get(self.workers[w].replay.remote(items))
+
+    # ----------------------------------------------------------------- the EnvPool API
+    def reset(self, jobs: Sequence[EnvJob]) -> list[tuple[str, dict]]:
+        per_worker: dict[int, list] = {}
+        index: dict[int, list[int]] = {}
+        for i, job in enumerate(jobs):
+            w = job.slot % self.num_workers  # the rollout orders slots by task, so each task spreads over workers
+            self.slots[job.slot] = _SlotState(job, env_spec(job.env_id), w)
+            per_worker.setdefault(w, []).append((job, self.slots[job.slot].spec))
+            index.setdefault(w, []).append(i)
+        out: list[Any] = [None] * len(jobs)
+        for w, results in self._fan_out("reset", per_worker).items():
+            for i, result in zip(index[w], results, strict=True):
+                out[i] = result
+        return out
+
+    def step(self, slots: Sequence[int], actions: Sequence[str]) -> list[StepOut]:
+        per_worker: dict[int, list] = {}
+        index: dict[int, list[int]] = {}
+        for i, (slot, action) in enumerate(zip(slots, actions, strict=True)):
+            w = self.slots[slot].worker
+            per_worker.setdefault(w, []).append((slot, action))
+            index.setdefault(w, []).append(i)
+        out: list[Any] = [None] * len(slots)
+        for w, results in self._fan_out("step", per_worker).items():
+            for i, result in zip(index[w], results, strict=True):
+                out[i] = result
+        for slot, action in zip(slots, actions, strict=True):
+            self.slots[slot].actions.append(action)  # only after the step is known to have happened
+        return out
+
+    def expert_actions(self, slots: Sequence[int]) -> list[str]:
+        per_worker: dict[int, list] = {}
+        index: dict[int, list[int]] = {}
+        for i, slot in enumerate(slots):
+            w = self.slots[slot].worker
+            per_worker.setdefault(w, []).append(slot)
+            index.setdefault(w, []).append(i)
+        out: list[Any] = [None] * len(slots)
+        for w, results in self._fan_out("expert_actions", per_worker).items():
+            for i, result in zip(index[w], results, strict=True):
+                out[i] = result
+        return out
+
+    def close(self) -> None:
+        for worker in self.workers:
+            try:
+                self._ray.kill(worker)
+            except Exception:
+                pass
+        self.workers = []
+
+
+def make_pool(workers: int = 0, address: str | None = None, **kwargs: Any) -> EnvPool:
+    """`workers` <= 0 (and no address): envs in this process; else that many Ray env workers."""
+    if workers <= 0 and not address:
+        return LocalEnvPool(**kwargs)
+    return RayEnvPool(max(1, workers), address=address, **kwargs)

@@ -1,0 +1,142 @@
+"""The pluggable "act" step of the one agent loop (`eppo_train.rollout.run_rollout`).
+
+An `Agent` answers a batch of live episodes in one call. Token agents (`PolicyAgent`) read each episode's prompt
+token ids and return sampled ids and log-probs (training and model evaluation); text agents (`ChatAgent`,
+`ExpertAgent`, `RandomAgent`) read messages or the env and return text only (evaluation). Choose one by name with
+`AGENTS`/`make_agent` where a string is all you have.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
+
+if TYPE_CHECKING:
+    from eppo_train.envpool import EnvPool
+
+
+@dataclass
+class Turnstate:
+    """What an agent may read about one live episode at this turn (filled by the rollout)."""
+
+    slot: int
+    env_id: str
+    task: str
+    seed: int
+    member: int  # index within the GRPO group (0..G-1)
+    turn: int
+    observation: str
+    info: dict[str, Any]
+    messages: list[dict[str, str]]  # the context as chat messages (window applied)
+    prompt_ids: list[int] | None = None  # the same context as token ids (token agents only)
+    budget: int = 0  # most new tokens this turn may take (context length left)
+
+
+@dataclass
+class Action:
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finished: bool = True
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent(ABC):
+    needs_tokens: bool = False  # True: the rollout keeps token ids and fills `prompt_ids`/`budget`
+    tokenizer: Any = None
+    name: str = "agent"
+
+    @abstractmethod
+    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]: ...
+
+
+class PolicyAgent(Agent):
+    """A token-level policy (HF, vLLM): one batched generate call per turn for every live episode."""
+
+    needs_tokens = True
+
+    def __init__(self, policy: PolicyBackend, params: SamplingParams) -> None:
+        self.policy, self.params = policy, params
+        self.tokenizer = policy.tokenizer
+        self.name = getattr(policy, "name", type(policy).__name__)
+
+    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+        prompts = [s.prompt_ids or [] for s in states]
+        gens = self.policy.generate(prompts, self.params, budgets=[s.budget for s in states])
+        return [Action(g.text, g.token_ids, g.logprobs, g.finished) for g in gens]
+
+
+class ChatAgent(Agent):
+    """A text-only chat backend (an OpenAI-compatible endpoint): messages in, text out."""
+
+    def __init__(self, backend: ChatBackend, params: SamplingParams) -> None:
+        self.backend, self.params = backend, params
+        self.name = getattr(backend, "name", "chat")
+
+    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+        return [Action(text) for text in self.backend.chat([s.messages for s in states], self.params)]
+
+
+class ExpertAgent(Agent):
+    """Each env's own oracle, asked where the env lives (in this process or in its Ray worker)."""
+
+    name = "expert"
+
+    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+        return [Action(text) for text in pool.expert_actions([s.slot for s in states])]
+
+
+def tool_tags(env_id: str) -> tuple[str, ...]:
+    """The tags a task accepts, read from its class without building an env."""
+    entry = gym.spec(env_id).entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return tuple(getattr(cls, "tool_tags", ("action",)))
+
+
+class RandomAgent(Agent):
+    """A random admissible action when the env lists them, else random words in the task's own tool format.
+
+    Seeded per (task, instance seed, group member, turn), so the same instance gets the same random play in every run.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self._tags: dict[str, tuple[str, ...]] = {}
+
+    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+        return [Action(self._one(s)) for s in states]
+
+    def _one(self, s: Turnstate) -> str:
+        rng = random.Random(f"{self.seed}/{s.env_id}/{s.seed}/{s.member}/{s.turn}")
+        tags = self._tags.setdefault(s.env_id, tool_tags(s.env_id))
+        admissible = s.info.get("admissible_actions")
+        if admissible:
+            content = rng.choice(list(admissible))
+        else:
+            content = " ".join(
+                rng.choice([str(rng.randint(0, 100)), "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 8)))])
+                for _ in range(rng.randint(1, 3))
+            )
+        tag = rng.choice(tags) if tags else "action"
+        return f"<{tag}>{content}</{tag}>"
+
+
+def as_agent(policy: Agent | PolicyBackend | ChatBackend, params: SamplingParams) -> Agent:
+    """Wrap a backend in the agent that drives it; an Agent passes through."""
+    if isinstance(policy, Agent):
+        return policy
+    if isinstance(policy, PolicyBackend):
+        return PolicyAgent(policy, params)
+    if isinstance(policy, ChatBackend):
+        return ChatAgent(policy, params)
+    raise TypeError(f"not a policy: {type(policy).__name__}")

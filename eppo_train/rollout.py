@@ -1,0 +1,294 @@
+"""The one agent loop: a batch of problems from several tasks, each played G times, all live episodes in lockstep.
+
+Per turn, every live episode acts in one batched call (`Agent.act`: a token policy's `generate`, or a text-only
+agent for evaluation), then every env steps. Token agents get a transcript built by appending token ids (see
+`policy/chat.py`), so each `Sample` holds exactly what the sampler conditioned on, with a loss mask over sampled
+tokens only. Context per task: `full` (the whole transcript, one Sample per episode) or `window:k` (the first user
+message plus the last k exchanges, one Sample per turn).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from eppo_envs.core import Episode, Turn, first_prompt
+from eppo_envs.core.record import json_safe
+from eppo_train.envpool import EnvJob, EnvPool
+from eppo_train.policy.agents import Action, Agent, Turnstate, as_agent
+from eppo_train.policy.base import SamplingParams
+from eppo_train.policy.chat import ChatFormat
+from eppo_train.records import Sample
+
+# Info keys not worth keeping per turn in transcripts (large, or already in the Episode record).
+_DROP_FROM_TURN = {"task", "instance_id", "split", "won", "action_valid", "admissible_actions", "instruction", "traceback"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    env_id: str
+    split: str
+    seed: int
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.env_id}|{self.split}|{self.seed}"
+
+
+@dataclass
+class RolloutConfig:
+    group_size: int = 8
+    max_turns: int = 8
+    max_new_tokens: int = 256  # per turn
+    max_total_tokens: int = 4096  # per sequence the learner sees (prompt + every turn, or one window)
+    temperature: float = 1.0  # <= 0: greedy
+    top_p: float = 1.0
+    context: dict[str, str] = field(default_factory=dict)  # task name or env id -> "full" | "window:k"
+    default_context: str = "full"
+    system_prompt: str | None = None  # None: the chat template's own default
+    stop: tuple[str, ...] = ()
+    seed: int | None = None  # sampling seed (turn t uses seed + t)
+    progress: bool = True
+
+    def context_mode(self, task: str, env_id: str) -> tuple[str, int]:
+        """("full", 0) or ("window", k) for a task."""
+        spec = self.context.get(env_id) or self.context.get(task) or self.default_context
+        if spec == "full":
+            return "full", 0
+        if spec.startswith("window:") and spec.split(":", 1)[1].isdigit() and int(spec.split(":", 1)[1]) >= 1:
+            return "window", int(spec.split(":", 1)[1])
+        raise ValueError(f"context mode must be 'full' or 'window:k' with k >= 1, got {spec!r} for {task}")
+
+    def sampling(self, turn: int = 0) -> SamplingParams:
+        seed = None if self.seed is None else self.seed + turn
+        return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, seed, tuple(self.stop))
+
+
+@dataclass
+class RolloutResult:
+    samples: list[Sample]
+    episodes: list[Episode]
+    stats: dict[str, Any]
+
+
+@dataclass
+class _Live:
+    """One episode in flight."""
+
+    problem: Problem
+    member: int
+    slot: int
+    episode: Episode
+    mode: tuple[str, int]
+    observation: str
+    info: dict[str, Any]
+    messages: list[dict[str, str]]
+    # token transcript (token agents only): ids, mask, log-probs; spans of each response in `ids`
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    windows: list[tuple[list[int], Action]] = field(default_factory=list)  # window mode: (prompt, response) per turn
+    obs_hashes: list[str] = field(default_factory=list)
+    done: bool = False
+    overflow: bool = False
+
+    @property
+    def episode_id(self) -> str:
+        return f"{self.problem.group_id}#{self.member}"
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _window(messages: list[dict[str, str]], k: int, system: int) -> list[dict[str, str]]:
+    """Keep the system/first user messages and the last k (assistant, user) exchanges; alternation is preserved."""
+    head = messages[: system + 1]
+    exchanges = messages[system + 1 :]
+    return head + exchanges[-2 * k :] if len(exchanges) > 2 * k else messages
+
+
+def run_rollout(
+    policy: Agent | Any,
+    pool: EnvPool,
+    problems: Sequence[Problem],
+    cfg: RolloutConfig,
+) -> RolloutResult:
+    """Play every problem `cfg.group_size` times. `policy`: an Agent, a PolicyBackend or a ChatBackend."""
+    agent = as_agent(policy, cfg.sampling())
+    fmt = ChatFormat(agent.tokenizer, cfg.system_prompt) if agent.needs_tokens else None
+    started = time.perf_counter()
+    gen_s = env_s = 0.0
+    # Episodes ordered by task so slots (and hence Ray workers) hold a mix of tasks in round-robin.
+    order = sorted(((p, g) for p in problems for g in range(cfg.group_size)), key=lambda pg: pg[0].env_id)
+    jobs = [EnvJob(slot, p.env_id, p.split, p.seed) for slot, (p, _) in enumerate(order)]
+    t = time.perf_counter()
+    resets = pool.reset(jobs)
+    env_s += time.perf_counter() - t
+
+    lives: list[_Live] = []
+    for slot, ((problem, member), (obs, info)) in enumerate(zip(order, resets, strict=True)):
+        user = first_prompt(obs, info)
+        messages = fmt.start(user) if fmt else _start_messages(user, cfg.system_prompt)
+        episode = Episode(problem.env_id, info["task"], info.get("split", problem.split), problem.seed,
+                          info["instance_id"], info.get("instruction", ""), obs)
+        live = _Live(problem, member, slot, episode, cfg.context_mode(info["task"], problem.env_id), obs, info,
+                     messages, obs_hashes=[_hash(obs)])
+        if fmt is not None:
+            live.ids = fmt.prompt_ids(messages)
+            live.mask, live.logprobs = [0] * len(live.ids), [0.0] * len(live.ids)
+        lives.append(live)
+
+    bar = _progress(len(lives), cfg.progress)
+    for turn in range(cfg.max_turns):
+        states, acting = [], []
+        for live in lives:
+            if live.done:
+                continue
+            state = _turn_state(live, turn, fmt, cfg)
+            if state.budget <= 0 and fmt is not None:  # no room left for even one token: end it cleanly
+                live.done = live.overflow = live.episode.truncated = True
+                bar.update(1)
+                continue
+            states.append(state)
+            acting.append(live)
+        if not acting:
+            break
+        if agent.needs_tokens:
+            agent.params = cfg.sampling(turn)  # type: ignore[attr-defined]
+        t = time.perf_counter()
+        actions = agent.act(states, pool)
+        gen_s += time.perf_counter() - t
+        t = time.perf_counter()
+        outs = pool.step([s.slot for s in states], [a.text for a in actions])
+        env_s += time.perf_counter() - t
+        for live, state, action, out in zip(acting, states, actions, outs, strict=True):
+            _advance(live, state, action, out, fmt)
+            if live.done:
+                bar.update(1)
+        bar.set_postfix(turn=turn + 1, live=sum(not x.done for x in lives))
+    for live in lives:
+        if not live.done:  # out of turns
+            live.done = live.episode.truncated = True
+            bar.update(1)
+    bar.close()
+    wall = time.perf_counter() - started
+    samples = [s for live in lives for s in _samples(live)] if fmt is not None else []
+    episodes = [live.episode for live in lives]
+    return RolloutResult(samples, episodes, _stats(lives, samples, gen_s, env_s, wall))
+
+
+def _start_messages(user: str, system: str | None) -> list[dict[str, str]]:
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+
+
+def _turn_state(live: _Live, turn: int, fmt: ChatFormat | None, cfg: RolloutConfig) -> Turnstate:
+    mode, k = live.mode
+    system = 1 if live.messages and live.messages[0]["role"] == "system" else 0
+    messages = _window(live.messages, k, system) if mode == "window" else live.messages
+    prompt: list[int] | None = None
+    if fmt is not None:
+        prompt = live.ids if mode == "full" else fmt.prompt_ids(messages)
+    budget = cfg.max_new_tokens if prompt is None else min(cfg.max_new_tokens, cfg.max_total_tokens - len(prompt))
+    p = live.problem
+    return Turnstate(live.slot, p.env_id, live.episode.task, p.seed, live.member, turn, live.observation, live.info,
+                     messages, prompt, budget)
+
+
+def _advance(live: _Live, state: Turnstate, action: Action, out: tuple, fmt: ChatFormat | None) -> None:
+    obs, reward, terminated, truncated, info = out
+    extras = {k: v for k, v in json_safe(info).items() if k not in _DROP_FROM_TURN}
+    if action.token_ids is not None:
+        extras["response_tokens"] = len(action.token_ids)
+    live.episode.turns.append(Turn(action.text, obs, float(reward), bool(info.get("action_valid", True)), extras))
+    live.episode.won = live.episode.won or bool(info.get("won", False))
+    live.messages += [{"role": "assistant", "content": action.text}, {"role": "user", "content": obs}]
+    if fmt is not None and action.token_ids is not None:
+        if live.mode[0] == "window":
+            live.windows.append((list(state.prompt_ids or []), action))
+        start = len(live.ids)
+        live.ids += action.token_ids
+        live.mask += [1] * len(action.token_ids)
+        live.logprobs += list(action.logprobs or [0.0] * len(action.token_ids))
+        live.spans.append((start, len(live.ids)))
+        if not (terminated or truncated):  # the next turn's scaffolding + observation (never trained on)
+            scaffold = fmt.turn_ids(obs, action.token_ids[-1] if action.token_ids else None)
+            live.ids += scaffold
+            live.mask += [0] * len(scaffold)
+            live.logprobs += [0.0] * len(scaffold)
+    live.observation, live.info = obs, info
+    live.obs_hashes.append(_hash(obs))
+    if terminated or truncated:
+        live.done = True
+        live.episode.terminated, live.episode.truncated = bool(terminated), bool(truncated)
+
+
+def _samples(live: _Live) -> list[Sample]:
+    ep = live.episode
+    if not ep.turns:
+        return []  # overflowed before the first response: nothing to train on
+    p = live.problem
+    meta = {"env_id": p.env_id, "split": p.split, "seed": p.seed, "instance_id": ep.instance_id,
+            "truncated": ep.truncated, "overflow": live.overflow, "context": live.mode[0]}
+    common = dict(task=ep.task, group_id=p.group_id, episode_id=live.episode_id, reward=ep.total_reward,
+                  won=ep.won, num_turns=ep.num_steps)
+    rewards = [t.reward for t in ep.turns]
+    valid = [t.action_valid for t in ep.turns]
+    if live.mode[0] == "full":
+        end = live.spans[-1][1]  # drop the trailing observation: nothing after the last response is trained
+        return [Sample(turn_index=-1, input_ids=live.ids[:end], loss_mask=live.mask[:end],
+                       old_logprobs=live.logprobs[:end], **common,
+                       meta={**meta, "turn_spans": live.spans, "step_rewards": rewards, "action_valid": valid,
+                             "observation_hashes": live.obs_hashes[: len(live.spans)]})]
+    out = []
+    for i, (prompt, action) in enumerate(live.windows):
+        tokens = action.token_ids or []
+        out.append(Sample(turn_index=i, input_ids=prompt + tokens, loss_mask=[0] * len(prompt) + [1] * len(tokens),
+                          old_logprobs=[0.0] * len(prompt) + list(action.logprobs or [0.0] * len(tokens)), **common,
+                          meta={**meta, "step_reward": rewards[i], "action_valid": valid[i],
+                                "observation_hash": live.obs_hashes[i]}))
+    return out
+
+
+def _stats(lives: list[_Live], samples: list[Sample], gen_s: float, env_s: float, wall: float) -> dict[str, Any]:
+    tokens = sum(t.info.get("response_tokens", 0) for live in lives for t in live.episode.turns)
+    per_task: dict[str, dict[str, float]] = {}
+    by_task: dict[str, list[_Live]] = defaultdict(list)
+    for live in lives:
+        by_task[live.episode.task].append(live)
+    for task, group in sorted(by_task.items()):
+        eps = [x.episode for x in group]
+        steps = sum(e.num_steps for e in eps)
+        per_task[task] = {
+            "episodes": len(eps),
+            "success": sum(e.won for e in eps) / len(eps),
+            "mean_reward": sum(e.total_reward for e in eps) / len(eps),
+            "mean_turns": steps / len(eps),
+            "invalid_rate": sum(e.invalid_actions for e in eps) / max(1, steps),
+            "truncated": sum(e.truncated for e in eps) / len(eps),
+            "overflow": sum(x.overflow for x in group) / len(eps),
+        }
+    return {
+        "episodes": len(lives),
+        "turns": sum(x.episode.num_steps for x in lives),
+        "samples": len(samples),
+        "tokens_generated": tokens,
+        "generation_seconds": gen_s,
+        "env_seconds": env_s,
+        "wall_seconds": wall,
+        "env_share": env_s / wall if wall > 0 else 0.0,
+        "tokens_per_second": tokens / gen_s if gen_s > 0 else 0.0,
+        "success": sum(x.episode.won for x in lives) / max(1, len(lives)),
+        "per_task": per_task,
+    }
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="rollout", unit="ep", disable=not enabled, leave=False, dynamic_ncols=True)
