@@ -1,0 +1,47 @@
+"""Env workers over Ray: the same episodes as in-process, and a killed worker is replaced without changing them."""
+
+from __future__ import annotations
+
+import pytest
+
+import eppo_envs.example.guess_number  # noqa: F401
+from eppo_train.envpool import EnvJob, LocalEnvPool, RayEnvPool, init_ray
+from eppo_train.policy.agents import RandomAgent
+from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+
+ray = pytest.importorskip("ray")
+ENV = "example/GuessNumber-v0"
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    init_ray(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _transcripts(result) -> list:
+    return sorted((e.seed, [(t.action, t.observation, t.reward) for t in e.turns]) for e in result.episodes)
+
+
+def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
+    problems = [Problem(ENV, "test", seed) for seed in range(3)]
+    cfg = RolloutConfig(group_size=2, max_turns=4, progress=False)
+    local = run_rollout(RandomAgent(), LocalEnvPool(), problems, cfg)
+    pool = RayEnvPool(2)
+    try:
+        remote = run_rollout(RandomAgent(), pool, problems, cfg)
+        assert _transcripts(remote) == _transcripts(local)
+
+        # Mid-episode: two steps, kill worker 0, step again. The new worker replays the first two actions.
+        jobs = [EnvJob(slot, ENV, "test", 5) for slot in range(2)]
+        reference = LocalEnvPool()
+        assert pool.reset(jobs) == reference.reset(jobs)
+        actions = ["<answer>50</answer>", "<answer>25</answer>", "<answer>75</answer>"]
+        for action in actions[:2]:
+            assert pool.step([0, 1], [action] * 2) == reference.step([0, 1], [action] * 2)
+        ray.kill(pool.workers[0])
+        assert pool.step([0, 1], [actions[2]] * 2) == reference.step([0, 1], [actions[2]] * 2)
+        assert pool.restarts == 1
+    finally:
+        pool.close()
