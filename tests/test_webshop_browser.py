@@ -136,3 +136,21 @@ def test_close_and_garbage_collection_leave_no_chromium():
 
     with socket.socket() as s:  # the server's port was released
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_browser_that_cannot_restart_gives_a_clear_error(monkeypatch):
+    from eppo_envs.webshop.browser import BrowserError, HeadlessChromium
+
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    try:
+        env.reset(seed=0)
+        env.unwrapped.frontend.browser.driver.quit()
+
+        def broken_launch(self):
+            raise BrowserError("chromium would not start")
+
+        monkeypatch.setattr(HeadlessChromium, "_launch", broken_launch)
+        with pytest.raises(BrowserError, match="could not be restarted: BrowserError: chromium would not start"):
+            env.step("<action>search[tea]</action>")
+    finally:
+        env.close()

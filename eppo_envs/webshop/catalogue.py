@@ -156,6 +156,7 @@ def generate(num_products: int = 10_400, num_goals: int = 6_000, num_test: int =
     targets = rng.sample(products, min(num_goals, len(products)))
     goals = [_make_goal(f"g{i:05d}", p, rng) for i, p in enumerate(targets)]
     type_words = frozenset(w for t in types for w in t.nouns)
+    num_test = min(num_test, max(1, len(goals) // 5))  # a small catalogue still gets a train split
     return Catalogue(f"generated-v{CATALOGUE_VERSION}-n{num_products}-g{num_goals}-s{seed}", products,
                      {"test": goals[:num_test], "train": goals[num_test:]}, type_words)
 
