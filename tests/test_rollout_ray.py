@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import eppo_envs.example.guess_number  # noqa: F401
@@ -45,3 +47,18 @@ def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
         assert pool.restarts == 1
     finally:
         pool.close()
+
+
+def test_eval_numbers_do_not_depend_on_the_worker_count(ray_session, tmp_path):
+    from eppo_train.eval import main
+
+    reports = []
+    for workers in ("0", "2"):
+        out = tmp_path / f"w{workers}.json"
+        args = ["--policy", "random", "--tasks", "guess_number", "--import", "eppo_envs.example.guess_number",
+                "--episodes", "4", "--max-turns", "3", "--workers", workers, "--no-progress", "--json", str(out)]
+        assert main(args) == 0
+        report = json.loads(out.read_text())
+        report.pop("timing")
+        reports.append(report)
+    assert reports[0] == reports[1]

@@ -1,0 +1,83 @@
+"""An OpenAI-compatible chat endpoint as a text-only policy, for evaluation (vLLM serve, llama.cpp, TGI, OpenAI).
+
+Plain HTTP with the standard library (no extra dependency): POST `{base}/chat/completions`, one request per live
+episode, a few in flight at once. No token ids or log-probs come back, so this backend evaluates; it cannot train.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from eppo_train.policy.base import ChatBackend, SamplingParams
+
+
+class EndpointError(RuntimeError):
+    """The endpoint could not be reached or answered with an error (reported to the user in one line)."""
+
+
+def completions_url(url: str) -> str:
+    """Accept a base URL (`http://host:8000/v1`) or the full chat-completions URL."""
+    url = url.rstrip("/")
+    return url if url.endswith("/chat/completions") else f"{url}/chat/completions"
+
+
+class OpenAIChat(ChatBackend):
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        api_key: str | None = None,
+        *,
+        concurrency: int = 8,
+        timeout: float = 120.0,
+        retries: int = 2,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"openai endpoint must be an http(s) URL, got {url!r}")
+        self.url = completions_url(url)
+        self.model = model or os.environ.get("OPENAI_MODEL", "default")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self.concurrency, self.timeout, self.retries = concurrency, timeout, retries
+        self.name = f"openai:{self.model}"
+
+    def chat(self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams) -> list[str]:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(conversations)))) as executor:
+            return list(executor.map(lambda messages: self._one(messages, params), conversations))
+
+    def _one(self, messages: list[dict[str, str]], params: SamplingParams) -> str:
+        body: dict = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": params.max_new_tokens,
+            "temperature": max(0.0, params.temperature),
+            "top_p": params.top_p,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    data = json.loads(response.read().decode("utf-8"))
+                return str(data["choices"][0]["message"].get("content") or "")
+            except urllib.error.HTTPError as exc:  # 4xx: our request is wrong; retrying will not help
+                detail = exc.read().decode("utf-8", "replace")[:200]
+                if exc.code < 500:
+                    raise EndpointError(f"{self.url} answered {exc.code}: {detail}") from None
+                last = exc
+            except (urllib.error.URLError, TimeoutError, ConnectionError, KeyError, IndexError, ValueError) as exc:
+                last = exc
+            time.sleep(0.5 * (attempt + 1))
+        raise EndpointError(f"{self.url} failed after {self.retries + 1} tries: {last}")

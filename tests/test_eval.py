@@ -1,0 +1,113 @@
+"""eppo-eval: fixed instances, repeatable numbers, CIs, transcripts, one-line errors, an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from eppo_train.eval import latest_checkpoint, main, mean_ci, wilson
+from eppo_train.policy.models import tiny_model_dir
+
+TASK = ["--tasks", "guess_number", "--import", "eppo_envs.example.guess_number", "--no-progress"]
+
+
+def _run(tmp_path, name: str, *args: str) -> tuple[dict, list[dict]]:
+    out, transcripts = tmp_path / f"{name}.json", tmp_path / f"{name}.jsonl"
+    assert main([*TASK, *args, "--json", str(out), "--transcripts", str(transcripts)]) == 0
+    return json.loads(out.read_text()), [json.loads(line) for line in transcripts.read_text().splitlines()]
+
+
+def test_wilson_and_mean_intervals():
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-3)
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
+    assert mean_ci([1.0, 1.0, 1.0]) == (1.0, 1.0, 1.0)
+    m, lo, hi = mean_ci([0.0, 1.0])
+    assert m == 0.5 and lo < 0 < 1 < hi
+
+
+def test_same_command_gives_the_same_numbers_on_fixed_instances(tmp_path):
+    args = ("--policy", "tiny", "--episodes", "3", "--max-new-tokens", "6", "--max-turns", "3", "--batch-size", "2")
+    a, ta = _run(tmp_path, "a", *args)
+    b, tb = _run(tmp_path, "b", *args)
+    a.pop("timing"), b.pop("timing")
+    assert a == b and ta == tb
+    assert [t["seed"] for t in ta] == [0, 1, 2] and {t["split"] for t in ta} == {"test"}  # the task's eval_split
+    stats = a["tasks"]["example/GuessNumber-v0"]
+    assert stats["episodes"] == 3 and stats["mean_turns"] == 3.0 and a["tokens_generated"] > 0
+
+
+def test_expert_and_random_policies(tmp_path):
+    expert, transcripts = _run(tmp_path, "expert", "--policy", "expert", "--episodes", "4")
+    assert expert["tasks"]["example/GuessNumber-v0"]["success"] == 1.0
+    assert all(t["won"] for t in transcripts)
+    rnd, _ = _run(tmp_path, "random", "--policy", "random", "--episodes", "4", "--max-turns", "4")
+    assert rnd["tasks"]["example/GuessNumber-v0"]["invalid_action_rate"] > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policy", "expert", "--tasks", "nope"], "unknown task 'nope'"),
+        (["--policy", "bogus", "--tasks", "all"], "unknown policy 'bogus'"),
+        (["--policy", "hf:/no/such/dir", *TASK], "not found"),
+        (["--policy", "expert", "--import", "no_such_module_xyz"], "cannot import"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_latest_finds_the_newest_checkpoint(tmp_path):
+    assert latest_checkpoint(tmp_path / "runs") is None
+    older = tmp_path / "runs" / "a" / "checkpoints" / "step_1"
+    newer = tmp_path / "runs" / "b" / "checkpoints" / "step_2"
+    shutil.copytree(tiny_model_dir(), older)
+    shutil.copytree(tiny_model_dir(), newer)
+    assert latest_checkpoint(tmp_path / "runs") == newer
+
+
+class _Endpoint(BaseHTTPRequestHandler):
+    """A minimal OpenAI-compatible server: answers every chat with a fixed guess and records what it was sent."""
+
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Endpoint.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        reply = {"choices": [{"message": {"role": "assistant", "content": "<answer>50</answer>"}}]}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_openai_endpoint_policy(tmp_path, monkeypatch):
+    server = HTTPServer(("127.0.0.1", 0), _Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        report, transcripts = _run(tmp_path, "oa", "--policy", f"openai:{url}", "--model-name", "m1",
+                                   "--episodes", "2", "--max-turns", "2")
+    finally:
+        server.shutdown()
+    assert all(t["action"] == "<answer>50</answer>" for e in transcripts for t in e["turns"])
+    first = _Endpoint.requests[0]
+    assert first["path"] == "/v1/chat/completions" and first["model"] == "m1" and first["auth"] == "Bearer sk-test"
+    assert "I am thinking of a number" in first["messages"][-1]["content"] and first["temperature"] == 0.0
+    second_turn = [r for r in _Endpoint.requests if len(r["messages"]) == 3]
+    assert second_turn and second_turn[0]["messages"][1] == {"role": "assistant", "content": "<answer>50</answer>"}
+    assert report["tasks"]["example/GuessNumber-v0"]["episodes"] == 2
