@@ -70,15 +70,31 @@ def task_normalised(samples: list[Sample], scale_by_std: bool = True, **_: objec
 
 
 def state_key(s: Sample) -> str:
-    """The anchor state of a sample: `meta["state_key"]` when the rollout set one, else its prompt tokens."""
-    if "state_key" in s.meta:
-        return str(s.meta["state_key"])
+    """The anchor state of a sample: the observation it acts on (`meta["observation_hash"]` from the rollout,
+    or `meta["state_key"]`), else its prompt tokens."""
+    for key in ("state_key", "observation_hash"):
+        if key in s.meta:
+            return str(s.meta[key])
     first = s.loss_mask.index(1) if 1 in s.loss_mask else len(s.input_ids)
     return hashlib.sha1(str(s.input_ids[:first]).encode()).hexdigest()
 
 
+def _fill_step_returns(samples: list[Sample], gamma: float) -> None:
+    """Window mode: each turn's sample carries its own `step_reward`; the discounted return from turn t is
+    sum_{t' >= t} gamma^(t'-t) r_t' over the episode's samples."""
+    episodes: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        if "step_reward" in s.meta and s.turn_index >= 0:
+            episodes[s.episode_id].append(s)
+    for turns in episodes.values():
+        ret = 0.0
+        for s in sorted(turns, key=lambda x: x.turn_index, reverse=True):
+            ret = float(s.meta["step_reward"]) + gamma * ret
+            s.meta.setdefault("step_return", ret)
+
+
 def step_return(s: Sample, gamma: float) -> float:
-    """Discounted return from this turn: `meta["step_return"]` if given, else the final reward discounted."""
+    """Discounted return from this turn: `meta["step_return"]` if known, else the final reward discounted."""
     if "step_return" in s.meta:
         return float(s.meta["step_return"])
     if s.turn_index < 0 or s.num_turns <= 0:
@@ -89,6 +105,7 @@ def step_return(s: Sample, gamma: float) -> float:
 def gigpo(samples: list[Sample], scale_by_std: bool = True, weight: float = 1.0, gamma: float = 0.95,
           **_: object) -> None:
     grpo(samples, scale_by_std=scale_by_std)
+    _fill_step_returns(samples, gamma)
     for group in _groups(samples).values():
         steps: dict[str, list[Sample]] = defaultdict(list)
         for s in group:

@@ -33,7 +33,7 @@ class TaskConfig:
     split: str = "train"
     context: str = "full"  # "full": one sample per episode; "window": one sample per turn, last `window` turns
     window: int = 2
-    max_turns: int | None = None  # None: the env's own limit
+    max_turns: int | None = None  # None: the env's own limit (capped by rollout.max_turns)
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make
 
 
@@ -49,15 +49,21 @@ class ModelConfig:
     name: str = "smollm2"  # "smollm2" (the embedded default), "tiny" (random, for tests) or a local HF directory
     dtype: str = "float32"  # weights of the learner: float32 | bfloat16
     generator_dtype: str = "float32"  # weights of the sampling copy (bf16 samples ~2x faster on CPU)
+    warm_start_steps: int = 0  # >0: imitate expert episodes this many steps before RL (warm_start.py)
+    warm_start_episodes: int = 8  # expert episodes per task for the warm start
+    warm_start_lr: float = 1e-3
 
 
 @dataclass
 class RolloutSection:
     group_size: int = 4  # G: samples per problem (the GRPO group)
+    max_turns: int = 8  # turns per episode at most (a task's own max_turns may be lower)
     max_new_tokens: int = 64  # per turn
     temperature: float = 1.0
     top_p: float = 1.0
-    max_prompt_tokens: int = 1024  # context budget: older turns are dropped beyond it
+    max_total_tokens: int = 2048  # per sequence the learner sees (prompt + every turn, or one window)
+    system_prompt: str | None = None  # None: the chat template's default
+    progress: bool = True  # a progress bar per rollout
 
 
 @dataclass
@@ -112,7 +118,9 @@ class LearnerConfig:
 class RayConfig:
     enabled: bool = True
     address: str | None = None  # None: a local `ray.init()`; "auto" or host:port for a cluster
-    num_cpus: int | None = None
+    num_cpus: int | None = None  # logical CPUs of a local Ray; None: enough for every actor (phases alternate)
+    actor_cpus: float = 1.0  # Ray CPU share of the generator and of the learner actor
+    torch_threads: int | None = None  # threads per actor; None: every core (generation and learning alternate)
 
 
 @dataclass
@@ -126,6 +134,7 @@ class RunConfig:
     tensorboard: bool = True
     plots: bool = True
     eval_every: int = 0  # 0: no periodic evaluation
+    overwrite: bool = False  # start afresh in an existing run directory (else: an error, or --resume)
 
 
 @dataclass
