@@ -1,0 +1,85 @@
+"""`eppo/ALFWorld-v0`: ALFWorld's household tasks on TextWorld's PDDL engine, installed with pip alone.
+
+Observations are the engine's own text ("You are in the middle of a room. Looking quickly around you, you see ...",
+"Your task is to: put a clean mug in cabinet."). Each turn the model writes `<action>command</action>`; commands
+that are not admissible in the current state change nothing, as in ALFWorld ("Nothing happens."), and count as
+invalid actions here. Reward 1 when the goal holds. The expert is the engine's planner (`policy_commands`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from eppo_envs.alfworld.actions import read_command
+from eppo_envs.alfworld.engine import AlfredEngine
+from eppo_envs.alfworld.sources import GameRef, choose_source
+from eppo_envs.core import AgentEnv, StepResult
+
+INSTRUCTION = (
+    "You are an agent in a household (ALFWorld). The first observation describes the room and ends with your task.\n"
+    "Each turn, think if you like inside <think>...</think>, then reply with exactly one command inside "
+    "<action>...</action>, for example <action>go to cabinet 1</action>.\n"
+    "Commands: go to [receptacle]; open [receptacle]; close [receptacle]; take [object] from [receptacle]; "
+    "move [object] to [receptacle]; examine [object or receptacle]; use [lamp]; heat [object] with [microwave]; "
+    "cool [object] with [fridge]; clean [object] with [sinkbasin]; inventory; look.\n"
+    "Only commands that are possible right now change anything; others get \"Nothing happens.\""
+)
+
+
+class AlfWorldEnv(AgentEnv):
+    task = "alfworld"
+    splits = ("train", "valid_seen", "valid_unseen")
+    eval_split = "valid_unseen"
+    tool_tags = ("action",)
+    action_hint = "Reply with <action>command</action>, one of the admissible commands, e.g. <action>look</action>."
+
+    def __init__(self, split: str = "train", data_path: str | os.PathLike[str] | None = None,
+                 render_mode: str | None = None) -> None:
+        super().__init__(split, render_mode=render_mode)
+        self.source = choose_source(data_path)
+        self.engine = AlfredEngine()
+        self.game: GameRef | None = None
+        self._plan: list[str] | None = None  # the planner's remaining commands, while the episode follows them
+
+    def num_instances(self, split: str) -> int:
+        return self.source.count(split)
+
+    def load_instance(self, split: str, index: int) -> tuple[str, str, dict[str, Any]]:
+        self.game = self.source.get(split, index)
+        observation = self.engine.start(self.game.game)
+        self._plan = None
+        self._applied = 0  # commands applied since reset (the focused plan holds only from the initial state)
+        goal = observation.rsplit("Your task is to:", 1)[-1].strip() if "Your task is to:" in observation else ""
+        extra = {"admissible_actions": list(self.engine.admissible), "task_type": self.game.task_type,
+                 "goal": goal, "game": self.game.name, "source": self.source.name}
+        return INSTRUCTION, observation, extra
+
+    def transition(self, text: str) -> StepResult:
+        command = read_command(text, self.engine.admissible, self.tool_tags[0])
+        state = {"admissible_actions": list(self.engine.admissible)}
+        if command.error:
+            return self.invalid(command.error, **state)
+        if not command.admissible:
+            why = f"{command.text[:80]!r} is not possible now; see the admissible actions."
+            return StepResult(f"Nothing happens. ({why})\n{self.action_hint}", action_valid=False, info=state)
+        if self._plan and self._plan[0] == command.text:
+            self._plan.pop(0)
+        else:
+            self._plan = None  # off the plan: the expert replans on its next call
+        observation = self.engine.step(command.text)
+        self._applied += 1
+        won = self.engine.won
+        info = {"admissible_actions": list(self.engine.admissible), "command": command.text}
+        return StepResult(observation, reward=1.0 if won else 0.0, terminated=won, won=won, info=info)
+
+    def expert_action(self) -> str:
+        if not self._plan or self._plan[0] not in self.engine.admissible:
+            focus = self.game.focus_problem if self.game is not None and self._applied == 0 else None
+            self._plan = self.engine.plan_from_start(focus) if focus else self.engine.plan()
+        command = self._plan[0] if self._plan else "look"
+        return f"<action>{command}</action>"
+
+    def close(self) -> None:
+        self.engine.close()
+        super().close()

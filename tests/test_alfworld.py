@@ -1,0 +1,165 @@
+"""ALFWorld on TextWorld's PDDL engine: generated problems, splits, parsing, expert, official game files, CLI."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import eppo_envs
+import eppo_envs.alfworld  # noqa: F401  (registers eppo/ALFWorld-v0)
+from eppo_envs.alfworld.actions import read_command
+from eppo_envs.alfworld.generator import export_games, load_specs, render_problem, sample_specs
+from eppo_envs.alfworld.scenes import SEEN_FLOORPLANS, UNSEEN_FLOORPLANS
+from eppo_envs.alfworld.tasks import TASK_TYPES
+from eppo_envs.core import expert_policy, play_episode
+
+ENV_ID = "eppo/ALFWorld-v0"
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = eppo_envs.make(ENV_ID)
+    yield env
+    env.close()
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a socket (e.g. alfworld's downloader) fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+def first_index_of(split: str, task_type: str) -> int:
+    return next(i for i, s in enumerate(load_specs(split)) if s.task_type == task_type)
+
+
+def test_held_out_floorplans_never_in_train():
+    assert not set(SEEN_FLOORPLANS) & set(UNSEEN_FLOORPLANS)
+    train = {s.floorplan for s in load_specs("train")}
+    unseen = {s.floorplan for s in load_specs("valid_unseen")}
+    seen = {s.floorplan for s in load_specs("valid_seen")}
+    assert unseen and unseen <= set(UNSEEN_FLOORPLANS)
+    assert not train & set(UNSEEN_FLOORPLANS)
+    assert seen <= train | set(SEEN_FLOORPLANS) and not seen & set(UNSEEN_FLOORPLANS)
+
+
+def test_split_sizes_and_all_six_types(env):
+    u = env.unwrapped
+    assert u.splits == ("train", "valid_seen", "valid_unseen") and u.eval_split == "valid_unseen"
+    assert u.num_instances("train") >= 3000
+    for split in ("valid_seen", "valid_unseen"):
+        assert u.num_instances(split) >= 140
+        assert {s.task_type for s in load_specs(split)} == set(TASK_TYPES)
+
+
+def test_specs_and_problems_are_deterministic():
+    a, b = sample_specs("valid_unseen", 12), sample_specs("valid_unseen", 12)
+    assert a == b
+    assert render_problem(a[3], "p") == render_problem(b[3], "p")
+    assert sample_specs("valid_unseen", 12, seed=1) != a
+
+
+@pytest.mark.parametrize("task_type", sorted(TASK_TYPES))
+def test_expert_wins_each_task_type(env, task_type, no_network):
+    index = first_index_of("valid_unseen", task_type)
+    episode = play_episode(env, expert_policy(env), seed=index, split="valid_unseen")
+    assert episode.won, [t.observation for t in episode.turns][-3:]
+    assert episode.total_reward == 1.0
+    assert env.unwrapped.game.task_type == task_type
+
+
+def test_observation_is_alfworld_text(env):
+    obs, info = env.reset(seed=first_index_of("valid_unseen", "pick_clean_then_place_in_recep"),
+                          options={"split": "valid_unseen"})
+    assert obs.startswith("You are in the middle of a room. Looking quickly around you, you see a ")
+    assert "\n\nYour task is to: " in obs and ("put a clean " in obs or "clean some " in obs)
+    assert "go to sinkbasin 1" in info["admissible_actions"] or any(
+        a.startswith("go to sinkbasin") for a in info["admissible_actions"])
+    assert "<action>" in info["instruction"]
+
+
+def test_tolerant_parsing_and_inadmissible_commands(env):
+    _, info = env.reset(seed=0, options={"split": "valid_unseen"})
+    target = next(a for a in info["admissible_actions"] if a.startswith("go to "))
+    for text in (f"<action>{target}</action>", f"<think>hmm</think><action>  {target.upper()}.  </action>",
+                 target, f"I will move.\n{target}"):
+        env.reset(seed=0, options={"split": "valid_unseen"})
+        obs, _, _, _, info = env.step(text)
+        assert info["action_valid"], (text, obs)
+        assert obs.startswith("You arrive at ")
+    obs, reward, terminated, _, info = env.step("<action>open the pod bay doors</action>")
+    assert not info["action_valid"] and reward == 0 and not terminated
+    assert obs.startswith("Nothing happens.") and obs.endswith(env.unwrapped.action_hint)
+    obs, *_, info = env.step("go somewhere nice")  # bare text that is no command: invalid, with the hint
+    assert not info["action_valid"] and obs.endswith(env.unwrapped.action_hint)
+
+
+def test_put_reads_as_move():
+    admissible = ["move mug 1 to cabinet 1", "look"]
+    assert read_command("<action>put mug 1 in/on cabinet 1</action>", admissible).text == "move mug 1 to cabinet 1"
+    assert read_command("<action>Put  mug 1 on cabinet 1.</action>", admissible).admissible
+
+
+def test_max_episode_steps_is_configurable():
+    env = eppo_envs.make(ENV_ID, max_episode_steps=2)
+    env.reset(seed=0, options={"split": "valid_unseen"})
+    env.step("<action>look</action>")
+    *_, truncated, _ = env.step("<action>look</action>")
+    assert truncated
+    env.close()
+    assert eppo_envs.make(ENV_ID).spec.max_episode_steps == 50
+
+
+def test_official_game_files_are_played(tmp_path, monkeypatch, no_network):
+    specs = [s for s in load_specs("valid_unseen")[:6]]
+    export_games(specs[:3], tmp_path, "valid_unseen")
+    unsolvable = export_games(specs[3:4], tmp_path / "other", "valid_unseen")[0]
+    target = tmp_path / "json_2.1.1" / "valid_unseen" / "broken" / "trial_x"
+    target.mkdir(parents=True)
+    (target / "game.tw-pddl").write_text(unsolvable.read_text().replace('"solvable": true', '"solvable": false'))
+
+    env = eppo_envs.make(ENV_ID, data_path=str(tmp_path), split="valid_unseen")
+    u = env.unwrapped
+    assert u.source.name == "official" and u.num_instances("valid_unseen") == 3  # the unsolvable one is skipped
+    for seed in range(3):
+        episode = play_episode(env, expert_policy(env), seed=seed, split="valid_unseen")
+        assert episode.won and episode.first_observation.startswith("You are in the middle of a room.")
+    env.close()
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    env = eppo_envs.make(ENV_ID)
+    assert env.unwrapped.source.name == "official"
+    with pytest.raises(ValueError, match="no 'train' split"):
+        env.reset(seed=0, options={"split": "train"})
+    env.close()
+
+
+def test_bad_data_path_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="not a folder"):
+        eppo_envs.make(ENV_ID, data_path=str(tmp_path / "missing"))
+
+
+def test_cli_play_reaches_won(monkeypatch, capsys):
+    from eppo_envs import cli
+
+    answers = iter(["help", "look", "expert"] + ["expert"] * 30)
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    assert cli.main(["play", ENV_ID, "--split", "valid_unseen", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Your task is to:" in out and "episode won; total reward 1" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_type", sorted(TASK_TYPES))
+def test_expert_wins_at_least_99_percent(env, task_type):
+    """Every valid-split instance of the type (about 47 per type)."""
+    played = won = 0
+    for split in ("valid_seen", "valid_unseen"):
+        for i, spec in enumerate(load_specs(split)):
+            if spec.task_type == task_type:
+                played += 1
+                won += play_episode(env, expert_policy(env), seed=i, split=split).won
+    assert won >= 0.99 * played, f"{won}/{played}"
