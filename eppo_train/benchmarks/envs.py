@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
+import time
 from importlib import import_module
+from pathlib import Path
 
 from eppo_train.benchmarks.common import (
     BenchContext,
@@ -42,13 +46,17 @@ def bench_envs(ctx: BenchContext) -> list[Figure]:
     from eppo_envs.cli import run_expert
 
     env_ids, rows = registered_envs()
-    episodes = ctx.size(8, 2)
+    budget_s = ctx.size(45, 10)  # per env, all repetitions together: slow envs (ALFWorld's planner) get fewer episodes
     for env_id in env_ids:
         how = ""
         try:
             env = eppo_envs.make(env_id)
             split = env.unwrapped.eval_split
             env.close()
+            t0 = time.perf_counter()
+            run_expert(env_id, split, 1, first_seed=1000)  # untimed: builds caches, starts browsers/JVMs
+            per_episode = time.perf_counter() - t0
+            episodes = max(1, min(ctx.size(20, 3), int(budget_s / ctx.reps() / max(per_episode, 1e-3))))
             how = f"eppo-envs expert {env_id} --split {split} --episodes {episodes}"
             runs = [run_expert(env_id, split, episodes) for _ in range(ctx.reps())]
             rows.append(figure("envs", f"{env_id} expert", [r["steps_per_s"] for r in runs], "steps/s", how,
@@ -60,20 +68,35 @@ def bench_envs(ctx: BenchContext) -> list[Figure]:
     return rows
 
 
-@section("alfworld_ref", "ALFWorld vs the stock alfworld TextWorld wrapper", "1 min")
+def _write_games(played: list, root: Path, split: str) -> list[tuple[Path, list[str]]]:
+    """Game files laid out as official ALFWorld data (what both replays read), as compare_throughput does."""
+    games = []
+    for i, (game, cmds) in enumerate(played):
+        folder = root / "json_2.1.1" / split / f"{game.get('task_type', 'game')}-{i}" / "trial_0"
+        folder.mkdir(parents=True)
+        (folder / "game.tw-pddl").write_text(json.dumps(game))
+        games.append((folder / "game.tw-pddl", cmds))
+    return games
+
+
+@section("alfworld_ref", "ALFWorld vs the stock alfworld TextWorld wrapper", "2-3 min")
 def bench_alfworld_reference(ctx: BenchContext) -> list[Figure]:
     reference = need_module("eppo_envs.alfworld.reference", "the stock-wrapper reference")
-    measure = getattr(reference, "compare", None) or getattr(reference, "measure", None)
-    if measure is None:
-        raise Unavailable("eppo_envs.alfworld.reference has no compare()/measure() function")
-    games = ctx.size(4, 1)
-    runs = [measure(games=games) for _ in range(ctx.reps())]
-    how = f"eppo_envs.alfworld.reference.{measure.__name__}(games={games})"
-    ours = [r["ours_steps_per_s"] for r in runs]
-    stock = [r["stock_steps_per_s"] for r in runs]
+    split, episodes = "valid_unseen", ctx.size(5, 2)
+    how = (f"eppo_envs.alfworld.reference: the expert's commands on {split} seeds 0-{episodes - 1} replayed on the "
+           "same game files through eppo/ALFWorld-v0 and through textworld.gym + AlfredDemangler/AlfredInfos, resets "
+           "included (python -m eppo_envs.alfworld.reference)")
+    played = reference.expert_commands(split, episodes)  # untimed: the expert's planning is not the env's speed
+    ours, stock = [], []
+    with tempfile.TemporaryDirectory(prefix="eppo-bench-alfworld-") as tmp:
+        games = _write_games(played, Path(tmp), split)
+        for _ in range(ctx.reps()):
+            stock.append(reference.stock_steps_per_second(games)["steps_per_s"])
+            ours.append(reference.ours_steps_per_second(games)["steps_per_s"])
+    steps = sum(len(c) for _, c in played)
     return [
-        figure("alfworld_ref", "ALFWorld (ours), expert on the same games", ours, "steps/s", how),
-        figure("alfworld_ref", "ALFWorld stock alfworld TextWorld wrapper", stock, "steps/s", how),
+        figure("alfworld_ref", "ALFWorld ours, same games", ours, "steps/s", how, steps=steps),
+        figure("alfworld_ref", "ALFWorld stock textworld.gym + alfworld wrappers", stock, "steps/s", how, steps=steps),
         figure("alfworld_ref", "ALFWorld ours / stock", [o / s for o, s in zip(ours, stock, strict=True)], "ratio",
-               how, steps=runs[-1].get("steps")),
+               how),
     ]
