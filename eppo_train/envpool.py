@@ -222,48 +222,36 @@ class RayEnvPool(EnvPool):
         items = [(s.job, s.spec, list(s.actions)) for s in self.slots.values() if s.worker == w]
         self._ray.get(self.workers[w].replay.remote(items))
 
-    # ----------------------------------------------------------------- the EnvPool API
-    def reset(self, jobs: Sequence[EnvJob]) -> list[tuple[str, dict]]:
+    def _scatter(self, method: str, items: Sequence[Any], workers: Sequence[int]) -> list[Any]:
+        """Send item i to worker `workers[i]` (one call per worker, all in flight together); results in item order."""
         per_worker: dict[int, list] = {}
         index: dict[int, list[int]] = {}
-        for i, job in enumerate(jobs):
-            w = job.slot % self.num_workers  # the rollout orders slots by task, so each task spreads over workers
-            self.slots[job.slot] = _SlotState(job, env_spec(job.env_id), w)
-            per_worker.setdefault(w, []).append((job, self.slots[job.slot].spec))
+        for i, (item, w) in enumerate(zip(items, workers, strict=True)):
+            per_worker.setdefault(w, []).append(item)
             index.setdefault(w, []).append(i)
-        out: list[Any] = [None] * len(jobs)
-        for w, results in self._fan_out("reset", per_worker).items():
+        out: list[Any] = [None] * len(items)
+        for w, results in self._fan_out(method, per_worker).items():
             for i, result in zip(index[w], results, strict=True):
                 out[i] = result
         return out
 
+    # ----------------------------------------------------------------- the EnvPool API
+    def reset(self, jobs: Sequence[EnvJob]) -> list[tuple[str, dict]]:
+        for job in jobs:
+            # The rollout orders slots by task, so round-robin spreads each task over the workers.
+            self.slots[job.slot] = _SlotState(job, env_spec(job.env_id), job.slot % self.num_workers)
+        states = [self.slots[job.slot] for job in jobs]
+        return self._scatter("reset", [(s.job, s.spec) for s in states], [s.worker for s in states])
+
     def step(self, slots: Sequence[int], actions: Sequence[str]) -> list[StepOut]:
-        per_worker: dict[int, list] = {}
-        index: dict[int, list[int]] = {}
-        for i, (slot, action) in enumerate(zip(slots, actions, strict=True)):
-            w = self.slots[slot].worker
-            per_worker.setdefault(w, []).append((slot, action))
-            index.setdefault(w, []).append(i)
-        out: list[Any] = [None] * len(slots)
-        for w, results in self._fan_out("step", per_worker).items():
-            for i, result in zip(index[w], results, strict=True):
-                out[i] = result
-        for slot, action in zip(slots, actions, strict=True):
+        pairs = list(zip(slots, actions, strict=True))
+        out = self._scatter("step", pairs, [self.slots[slot].worker for slot in slots])
+        for slot, action in pairs:
             self.slots[slot].actions.append(action)  # only after the step is known to have happened
         return out
 
     def expert_actions(self, slots: Sequence[int]) -> list[str]:
-        per_worker: dict[int, list] = {}
-        index: dict[int, list[int]] = {}
-        for i, slot in enumerate(slots):
-            w = self.slots[slot].worker
-            per_worker.setdefault(w, []).append(slot)
-            index.setdefault(w, []).append(i)
-        out: list[Any] = [None] * len(slots)
-        for w, results in self._fan_out("expert_actions", per_worker).items():
-            for i, result in zip(index[w], results, strict=True):
-                out[i] = result
-        return out
+        return self._scatter("expert_actions", list(slots), [self.slots[slot].worker for slot in slots])
 
     def close(self) -> None:
         for worker in self.workers:
