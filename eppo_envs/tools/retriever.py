@@ -101,10 +101,11 @@ def register_retriever(name: str) -> Callable[[type[Retriever]], type[Retriever]
 
 
 def make_retriever(name: str = "bm25s", **kwargs: Any) -> Retriever:
-    if name not in RETRIEVERS:  # only then pay for the optional backends' imports (the dense one loads torch)
-        _import_optional_backends()
+    if name not in RETRIEVERS and name in OPTIONAL_BACKENDS:
+        _import_backend(name)
     if name not in RETRIEVERS:
-        raise ValueError(f"unknown retriever backend {name!r}; available: {', '.join(sorted(RETRIEVERS))}")
+        known = sorted(set(RETRIEVERS) | set(OPTIONAL_BACKENDS))
+        raise ValueError(f"unknown retriever backend {name!r}; available: {', '.join(known)}")
     return RETRIEVERS[name](**kwargs)
 
 
@@ -118,15 +119,21 @@ def load_retriever(path: str | Path) -> Retriever:
     return retriever
 
 
-def _import_optional_backends() -> None:
-    """Backends with heavy optional dependencies live in their own modules and register on import."""
+# Backends with heavy optional dependencies live in their own modules and register on import. They are imported
+# only when asked for: the Lucene one starts a JVM, which costs seconds and must not share a process with torch.
+OPTIONAL_BACKENDS: dict[str, str] = {
+    "lucene": "eppo_envs.tools.retriever_lucene",
+    "dense": "eppo_envs.tools.retriever_dense",
+}
+
+
+def _import_backend(name: str) -> None:
     from importlib import import_module
 
-    for module in ("eppo_envs.tools.retriever_lucene", "eppo_envs.tools.retriever_dense"):
-        try:
-            import_module(module)
-        except ImportError:  # the module or its optional dependency is absent: that backend is unavailable
-            pass
+    try:
+        import_module(OPTIONAL_BACKENDS[name])
+    except ImportError as exc:  # the optional dependency is absent: say which extra provides it
+        raise ImportError(f"retriever backend {name!r} is unavailable: {exc}") from exc
 
 
 # Anserini's DefaultEnglishAnalyzer: StandardTokenizer keeps 1-character tokens and joins "3.5" or "don't";
