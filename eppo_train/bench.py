@@ -105,6 +105,7 @@ def write_json(path: Path, figures: list[Figure], seconds: dict[str, float], arg
         "command": "python -m eppo_train.bench " + " ".join(sys.argv[1:]),
         "quick": args.quick,
         "model": args.model,
+        "envs_filter": args.envs,
         "machine": machine(),
         "section_seconds": seconds,
         "figures": [asdict(f) for f in figures],
@@ -119,6 +120,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip", default="", help="comma-separated sections to leave out")
     parser.add_argument("--model", default="default", help="model of the rollout/learner/trl sections (default: "
                         "the embedded SmolLM2-135M-Instruct; 'tiny' for a smoke test)")
+    parser.add_argument("--envs", default="", help="comma-separated substrings: only matching env ids in the envs "
+                        "and rollout sections (e.g. ALFWorld,WebShop-v0)")
     parser.add_argument("--out", default="bench/results.json", help="where the JSON goes")
     parser.add_argument("--list", action="store_true", help="list the sections and exit")
     return parser.parse_args(argv)
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ctx = BenchContext(quick=args.quick, model=args.model)
+    ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs)
     figures, seconds = run_sections(names, ctx)
     console.print(table(figures, "1 run, --quick" if args.quick else "3 runs"))
     info = machine()

