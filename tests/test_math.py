@@ -1,0 +1,71 @@
+"""MathTool: problems, grading, the tool path, and the expert."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import eppo_envs
+import eppo_envs.math  # noqa: F401  (registers eppo/MathTool-v0)
+from eppo_envs.math.grading import is_correct
+from eppo_envs.math.problems import ProblemSet
+
+pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+
+
+def test_grading_is_symbolic():
+    assert is_correct("0.5", "1/2") and is_correct("\\frac{1}{2}", "0.5") and is_correct("-4.0", "-4")
+    assert is_correct("\\boxed{239}", "239")
+    assert not is_correct("2", "2^(n-1)") and not is_correct("", "3") and not is_correct("240", "239")
+
+
+def test_splits_are_fixed_and_disjoint():
+    sources = ["basic_arithmetic", "simple_equations"]
+    test_a, test_b = ProblemSet("test", sources, [1, 2]), ProblemSet("test", sources, [1, 2])
+    assert [p.question for p in test_a] == [p.question for p in test_b]
+    train_set = ProblemSet("train", sources, [1, 2])
+    train = {train_set[i].question for i in range(0, len(train_set), 16)}
+    assert len(train & {p.question for p in test_a}) < 5  # tiny generators can repeat a few trivial items
+    with pytest.raises(ValueError, match="unknown math source"):
+        ProblemSet("test", ["nope"], [1])
+
+
+def test_levels_select_problems():
+    env = eppo_envs.make("eppo/MathTool-v0", level=1, sources=["simple_equations"])
+    _, info = env.reset(seed=3)
+    assert info["level"] == 1 and info["source"] == "simple_equations"
+
+
+def test_tool_run_then_answer():
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["basic_arithmetic"], level=1, max_tool_calls=1)
+    env.reset(seed=0)
+    problem = env.unwrapped.problem
+    obs, reward, terminated, _, info = env.step("<think>compute</think><python>print(2 ** 10)</python>")
+    assert "<output>\n1024\n</output>" in obs and not terminated and info["action_valid"]
+    obs, _, _, _, info = env.step("<python>print(1)</python>")
+    assert not info["action_valid"] and "no Python runs left" in obs
+    obs, reward, terminated, _, info = env.step(f"The result is \\boxed{{{problem.answer}}}")
+    assert terminated and reward == 1.0 and info["won"]
+
+
+def test_wrong_answer_loses_and_errors_are_reported():
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["gsm_symbolic"])
+    env.reset(seed=1)
+    obs, *_ = env.step("<python>1/0</python>")
+    assert "ZeroDivisionError" in obs and "[error]" in obs
+    _, reward, terminated, _, info = env.step("<answer>-123456789</answer>")
+    assert terminated and reward == 0.0 and not info["won"]
+
+
+@pytest.mark.parametrize("source", ["gsm_symbolic", "basic_arithmetic", "simple_equations", "champ"])
+def test_expert_uses_the_tool_and_wins(source):
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=[source])
+    for seed in range(3):
+        env.reset(seed=seed)
+        first = env.unwrapped.expert_action()
+        assert first.startswith("<python>")
+        obs, *_ = env.step(first)
+        assert obs.startswith("<output>")
+        _, reward, terminated, _, info = env.step(env.unwrapped.expert_action())
+        assert terminated and info["won"] and reward == 1.0, (source, seed, obs)
