@@ -126,7 +126,7 @@ def cmd_expert(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in result.items() if k != "lost"}))
         return 0
     console.print(
-        f"{env_id} [{split}] expert: success {result['success_rate']:.1%}, mean reward {result['mean_reward']:.3f}, "
+        f"{env_id} (split {split}) expert: success {result['success_rate']:.1%}, mean reward {result['mean_reward']:.3f}, "
         f"mean steps {result['mean_steps']:.1f}, {result['steps_per_s']:.1f} steps/s over {args.episodes} episodes"
     )
     if result["lost"]:
