@@ -6,8 +6,8 @@ from the learner each iteration without restarting the engine.
 - Log-probs: the engine runs with `logprobs_mode="processed_logprobs"` and each request asks for `logprobs=0` (the
   sampled token only), so the value returned is the log-prob under the *sampling* distribution (temperature and
   top-p applied), as HFPolicy records it. With greedy decoding they are those of the plain softmax.
-- Weight updates: `LLM.collective_rpc` runs a function in every worker that hands the learner's tensors to the
-  model's own `load_weights` (which maps HF names such as `q_proj`/`k_proj`/`v_proj` to vLLM's fused `qkv_proj`,
+- Weight updates: `LLM.collective_rpc("eppo_load_weights")` runs `WeightSyncExtension.eppo_load_weights` (mixed
+  into every worker with `worker_extension_cls`), which hands the learner's tensors to the model's own `load_weights` (which maps HF names such as `q_proj`/`k_proj`/`v_proj` to vLLM's fused `qkv_proj`,
   and skips a tied `lm_head`). The tensors travel through the engine's IPC: fine for models of this size; very large
   models would want a NCCL weight-sync group instead. The prefix cache is cleared afterwards, since KV blocks
   computed with the old weights would otherwise be reused.
@@ -18,18 +18,22 @@ from the learner each iteration without restarting the engine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer, resolve_model
 
 
-def _load_weights_in_worker(worker: Any, weights: list[tuple[str, Any]]) -> int:
-    """Runs inside each vLLM worker (via collective_rpc): load HF-named tensors into the live model."""
-    model = worker.model_runner.model
-    loaded = model.load_weights(weights=iter(weights))
-    return len(loaded) if loaded is not None else len(weights)
+class WeightSyncExtension:
+    """Mixed into every vLLM worker (`worker_extension_cls`), so the driver can call it by name through
+    `collective_rpc` without pickling a function (vLLM's IPC only sends plain data and tensors by default)."""
+
+    def eppo_load_weights(self, weights: list[tuple[str, Any]]) -> int:
+        """Load HF-named tensors into the live model; returns how many parameters were written."""
+        model = self.model_runner.model  # type: ignore[attr-defined]  (the worker this class is mixed into)
+        loaded = model.load_weights(weights=iter(weights))
+        return len(loaded) if loaded is not None else len(weights)
 
 
 class VLLMPolicy(PolicyBackend):
@@ -64,6 +68,7 @@ class VLLMPolicy(PolicyBackend):
             logprobs_mode="processed_logprobs",
             max_logprobs=1,
             enable_prefix_caching=True,
+            worker_extension_cls=f"{__name__}.WeightSyncExtension",
         )
         kwargs.update(engine_kwargs)
         self.llm = vllm.LLM(**kwargs)
@@ -116,7 +121,7 @@ class VLLMPolicy(PolicyBackend):
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Load the learner's (HF-named) tensors into the running engine; no restart, prefix cache cleared."""
         weights = [(name, _cpu(t)) for name, t in state_dict.items()]
-        self.llm.collective_rpc(_load_weights_in_worker, args=(weights,))
+        self.llm.collective_rpc("eppo_load_weights", args=(weights,))
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
@@ -141,8 +146,3 @@ def _sampled_logprob(step: Mapping[int, Any] | None, token: int) -> float:
 def _cpu(tensor: Any) -> Any:
     detach = getattr(tensor, "detach", None)
     return detach().to("cpu").contiguous() if callable(detach) else tensor
-
-
-def iter_state(state_dict: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
-    """(name, tensor) pairs on CPU: the format `load_weights` takes."""
-    return ((name, _cpu(t)) for name, t in state_dict.items())
