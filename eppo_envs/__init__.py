@@ -12,7 +12,7 @@ from importlib import import_module
 from eppo_envs.core import AgentEnv, Episode, StepResult, Turn, make, register, resolve, task_spec, tasks
 
 # Each built-in task package registers its ids in its __init__ (one `register` call each, no heavy imports).
-_BUILTIN_TASKS: tuple[str, ...] = ("alfworld", "searchqa", "webshop", "math")
+_BUILTIN_TASKS: tuple[str, ...] = ("alfworld", "searchqa", "webshop", "math", "code")
 
 for _name in _BUILTIN_TASKS:
     import_module(f"eppo_envs.{_name}")
