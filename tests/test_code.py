@@ -33,15 +33,9 @@ def test_problem_sets():
     assert len(FAMILIES) >= 10
 
 
-def test_humaneval_sample_expert_wins():
-    env = eppo_envs.make("eppo/Code-v0", split="test")
-    assert expert_wins(env, range(0, 164, 16)) == []
-
-
-@pytest.mark.slow
 def test_all_humaneval_canonical_solutions_pass():
     env = eppo_envs.make("eppo/Code-v0", split="test")
-    assert expert_wins(env, range(164)) == []
+    assert expert_wins(env, range(164)) == []  # ~15 s here: cheap enough for the default suite
 
 
 def test_generated_sample_expert_wins_at_every_level():

@@ -37,12 +37,12 @@ _tns = dict(_ns)
 exec(compile(_TESTS, "tests.py", "exec"), _tns)
 _check = next(n for n in _ast.parse(_TESTS).body if isinstance(n, _ast.FunctionDef) and n.name == "check")
 _arg = _check.args.args[0].arg
-_local = {{_arg: _candidate}}
+_tns[_arg] = _candidate  # one namespace: comprehensions in the tests must see their imports and helpers
 for _i, _stmt in enumerate(_check.body):
     _is_test = any(isinstance(_n, _ast.Assert) for _n in _ast.walk(_stmt))
     _code = compile(_ast.Module(body=[_stmt], type_ignores=[]), "tests.py", "exec")
     try:
-        exec(_code, _tns, _local)
+        exec(_code, _tns)
         if _is_test:
             _report(kind="test", ok=True, src=_ast.get_source_segment(_TESTS, _stmt)[:300])
     except BaseException as _e:
