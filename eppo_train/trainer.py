@@ -202,11 +202,10 @@ class Trainer:
 
         if self.cfg.ray.address:
             return None
-        if self.cfg.ray.num_cpus:
-            return self.cfg.ray.num_cpus
-        # Logical CPUs for every actor: generation, env steps and learning alternate, so they may share cores.
-        need = 2 * self.cfg.ray.actor_cpus + self.cfg.env.num_workers
-        return int(max(os.cpu_count() or 1, need + 1))
+        # Logical CPUs for every actor (fewer and an actor would wait forever to be scheduled): generation, env
+        # steps and learning alternate, so they may share the physical cores.
+        need = int(2 * self.cfg.ray.actor_cpus + self.cfg.env.num_workers + 1)
+        return max(self.cfg.ray.num_cpus or os.cpu_count() or 1, need)
 
     def _iteration(self, it: int, workers, pool, metrics: MetricsWriter, run_rollout) -> dict:
         cfg = self.cfg

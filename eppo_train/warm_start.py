@@ -36,7 +36,7 @@ def expert_samples(slots, tokenizer, episodes: int, seed: int, system_prompt: st
             obs, info = env.reset(seed=rng.randrange(2**31), options={"split": slot.cfg.split})
             ids = fmt.prompt_ids(fmt.start(first_prompt(obs, info)))
             mask = [0] * len(ids)
-            for _ in range(max_turns):
+            for _ in range(slot.cfg.max_turns or max_turns):
                 action = env.unwrapped.expert_action()
                 reply = tokenizer(action, add_special_tokens=False)["input_ids"] + [eos]
                 ids, mask = ids + reply, mask + [1] * len(reply)
