@@ -7,9 +7,10 @@ from the learner each iteration without restarting the engine.
   sampled token only), so the value returned is the log-prob under the *sampling* distribution (temperature and
   top-p applied), as HFPolicy records it. With greedy decoding they are those of the plain softmax.
 - Weight updates: `LLM.collective_rpc("eppo_load_weights")` runs `WeightSyncExtension.eppo_load_weights` (mixed
-  into every worker with `worker_extension_cls`), which hands the learner's tensors to the model's own `load_weights` (which maps HF names such as `q_proj`/`k_proj`/`v_proj` to vLLM's fused `qkv_proj`,
-  and skips a tied `lm_head`). The tensors travel through the engine's IPC: fine for models of this size; very large
-  models would want a NCCL weight-sync group instead. The prefix cache is cleared afterwards, since KV blocks
+  into every worker with `worker_extension_cls`), which reads the learner's tensors from a safetensors file in
+  /dev/shm and hands them to the model's own `load_weights` (which maps HF names such as `q_proj`/`k_proj`/`v_proj` to vLLM's fused `qkv_proj`,
+  and skips a tied `lm_head`). Workers must share the driver's machine (one node); multi-node engines would want a
+  NCCL weight-sync group instead. The prefix cache is cleared afterwards, since KV blocks
   computed with the old weights would otherwise be reused.
 - Seeds: request i of a batch gets seed `params.seed + i`, so the G members of a GRPO group (same prompt) differ
   and the same batch with the same seed gives the same samples.
@@ -29,11 +30,20 @@ class WeightSyncExtension:
     """Mixed into every vLLM worker (`worker_extension_cls`), so the driver can call it by name through
     `collective_rpc` without pickling a function (vLLM's IPC only sends plain data and tensors by default)."""
 
-    def eppo_load_weights(self, weights: list[tuple[str, Any]]) -> int:
-        """Load HF-named tensors into the live model; returns how many parameters were written."""
-        model = self.model_runner.model  # type: ignore[attr-defined]  (the worker this class is mixed into)
-        loaded = model.load_weights(weights=iter(weights))
-        return len(loaded) if loaded is not None else len(weights)
+    def eppo_load_weights(self, path: str) -> int:
+        """Load the HF-named tensors of a safetensors file into the live model; returns how many were written."""
+        from safetensors.torch import load_file
+
+        weights = load_file(path)
+        runner = self.model_runner  # type: ignore[attr-defined]  (the worker this class is mixed into)
+        reload = getattr(runner, "reload_weights", None)
+        if callable(reload):
+            # vLLM >= 0.1x: restores the checkpoint-format parameters, loads, then re-runs the post-load processing
+            # (weight repacking on CPU, quantisation): a plain load_weights would hit already-repacked tensors.
+            reload(weights_iterator=iter(weights.items()))
+        else:
+            runner.model.load_weights(weights=iter(weights.items()))
+        return len(weights)
 
 
 class VLLMPolicy(PolicyBackend):
@@ -120,8 +130,17 @@ class VLLMPolicy(PolicyBackend):
     # ----------------------------------------------------------------- weights
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Load the learner's (HF-named) tensors into the running engine; no restart, prefix cache cleared."""
-        weights = [(name, _cpu(t)) for name, t in state_dict.items()]
-        self.llm.collective_rpc("eppo_load_weights", args=(weights,))
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        # The tensors go through a file in shared memory, not vLLM's RPC: its msgpack channel does not carry a
+        # list of tensors intact, and pickling is off by default. Workers on the same machine read it directly.
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        with tempfile.TemporaryDirectory(prefix="eppo-weights-", dir=shm) as tmp:
+            path = os.path.join(tmp, "weights.safetensors")
+            save_file({name: _cpu(t) for name, t in state_dict.items()}, path)
+            self.llm.collective_rpc("eppo_load_weights", args=(path,))
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
