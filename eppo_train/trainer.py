@@ -63,8 +63,12 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         if t.name or t.kwargs or t.max_turns:
             env_id = f"run/{label}-v0"
             steps = min(t.max_turns, base.max_episode_steps or t.max_turns) if t.max_turns else base.max_episode_steps
-            eppo_envs.register(env_id, base.entry_point, task=label, description=f"{t.id} as {label}",
-                               max_episode_steps=steps, **{**base.kwargs, **t.kwargs})
+            kwargs = {**base.kwargs, **t.kwargs}
+            known = gym.registry.get(env_id)
+            if known is None or (known.kwargs, known.max_episode_steps, known.entry_point) != (
+                    kwargs, steps, base.entry_point):
+                eppo_envs.register(env_id, base.entry_point, task=label, description=f"{t.id} as {label}",
+                                   max_episode_steps=steps, **kwargs)
         slots.append(TaskSlot(t, env_id, label))
     return slots
 
