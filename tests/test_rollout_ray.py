@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -26,6 +27,16 @@ def _transcripts(result) -> list:
     return sorted((e.seed, [(t.action, t.observation, t.reward) for t in e.turns]) for e in result.episodes)
 
 
+def _wait_until_dead(actor, attempts: int = 100) -> None:
+    for _ in range(attempts):
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor is still answering")
+
+
 def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
     problems = [Problem(ENV, "test", seed) for seed in range(3)]
     cfg = RolloutConfig(group_size=2, max_turns=4, progress=False)
@@ -42,7 +53,9 @@ def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
         actions = ["<answer>50</answer>", "<answer>25</answer>", "<answer>75</answer>"]
         for action in actions[:2]:
             assert pool.step([0, 1], [action] * 2) == reference.step([0, 1], [action] * 2)
-        ray.kill(pool.workers[0])
+        victim = pool.workers[0]
+        ray.kill(victim)
+        _wait_until_dead(victim)  # ray.kill is asynchronous: make sure the step below really meets a dead worker
         assert pool.step([0, 1], [actions[2]] * 2) == reference.step([0, 1], [actions[2]] * 2)
         assert pool.restarts == 1
     finally:
