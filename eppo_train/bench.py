@@ -98,15 +98,16 @@ def table(figures: list[Figure], reps_note: str) -> Table:
     return t
 
 
-def write_json(path: Path, figures: list[Figure], seconds: dict[str, float], args: argparse.Namespace) -> None:
+def write_json(path: Path, figures: list[Figure], seconds: dict[str, float], args: argparse.Namespace,
+               command: str, info: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": "python -m eppo_train.bench " + " ".join(sys.argv[1:]),
+        "command": command,
         "quick": args.quick,
         "model": args.model,
         "envs_filter": args.envs,
-        "machine": machine(),
+        "machine": info,
         "section_seconds": seconds,
         "figures": [asdict(f) for f in figures],
     }
@@ -128,6 +129,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Kept now: some env packages rewrite sys.argv when imported, and the load is what the bench starts under.
+    command = "python -m eppo_train.bench " + " ".join(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.list:
         for sec in SECTIONS.values():
@@ -142,14 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    info = machine()
     ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs)
     figures, seconds = run_sections(names, ctx)
     console.print(table(figures, "1 run, --quick" if args.quick else "3 runs"))
-    info = machine()
     console.print(f"machine: {info['cores']} cores, {info['cpu']}, GPU: {info['gpu'] or 'none'}, "
-                  f"load {info['load_avg_1m']:.1f}; section seconds: {seconds}")
+                  f"load at start {info['load_avg_1m']:.1f}; section seconds: {seconds}")
     out = Path(args.out)
-    write_json(out, figures, seconds, args)
+    write_json(out, figures, seconds, args, command, info)
     console.print(f"wrote {out}")
     return 0
 
