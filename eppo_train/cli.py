@@ -65,9 +65,99 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- sft, pipeline
+def _config_args(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--config", default=default, help=f"a shipped config name or a YAML path (default: {default})")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key (repeatable)")
+    p.add_argument("--model", help="the model to start from: smollm2 (default), tiny, or a local HF folder")
+
+
+def _load(args: argparse.Namespace, config: str | None = None):
+    from eppo_train.config import load_config
+
+    overrides = list(args.overrides) + ([f"model.name={args.model}"] if args.model else [])
+    return load_config(config or args.config, overrides)
+
+
+def add_sft(p: argparse.ArgumentParser) -> None:
+    _config_args(p, "pipeline")
+    p.add_argument("--out", required=True, help="folder for the fine-tuned model")
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from eppo_train.sft import run_sft
+    from eppo_train.trainer import prepare_tasks
+
+    cfg = _load(args)
+    if cfg.sft.steps < 1:
+        return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
+    info = run_sft(cfg, prepare_tasks(cfg), Path(args.out),
+                   on_step=lambda i, loss: print(f"step {i + 1}/{cfg.sft.steps} loss {loss:.4f}", flush=True))
+    print(f"{info['samples']} expert samples, {info['model_tokens']} model tokens; "
+          f"loss {info['loss_first_step']:.4f} -> {info['loss_last_steps']:.4f}; model written to {args.out}")
+    return 0
+
+
+def add_pipeline(p: argparse.ArgumentParser) -> None:
+    _config_args(p, "pipeline")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a killed pipeline run from its last finished stage")
+    p.add_argument("--run-dir", help="where to write the run (default: runs/<timestamp>)")
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from eppo_train.pipeline import run_pipeline
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            return _error(f"{run_dir} is not a pipeline run directory (no config.yaml)")
+        cfg = _load(args, str(run_dir / "config.yaml"))
+        out = run_pipeline(cfg, run_dir, resume=True)
+    else:
+        cfg = _load(args)
+        out = run_pipeline(cfg, Path(args.run_dir) if args.run_dir else None)
+    print((out / "summary.md").read_text())
+    print(f"run written to {out}")
+    return 0
+
+
+# ---------------------------------------------------------------- study
+def add_study(p: argparse.ArgumentParser) -> None:
+    _config_args(p, "study")
+    p.add_argument("--quick", action="store_true", help="the tiny-model study (config study-quick): minutes")
+    p.add_argument("--algos", help="comma list of losses (default: grpo,dapo,eppo,clip_cov; quick: grpo,dapo,eppo)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per loss (default 3)")
+    p.add_argument("--out", help="study folder (default: study/<config name>)")
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from eppo_train.losses import LOSSES
+    from eppo_train.study import DEFAULT_ALGOS, run_study
+
+    config = "study-quick" if args.quick and args.config == "study" else args.config
+    cfg = _load(args, config)
+    algos = args.algos.split(",") if args.algos else list(DEFAULT_ALGOS[:3] if args.quick else DEFAULT_ALGOS)
+    unknown = [a for a in algos if a not in LOSSES]
+    if unknown:
+        return _error(f"--algos: unknown loss {unknown[0]!r} (known: {', '.join(LOSSES)})")
+    if args.seeds < 1:
+        return _error("--seeds must be at least 1")
+    out = Path(args.out) if args.out else Path("study") / Path(config).stem
+    path = run_study(cfg, algos, list(range(args.seeds)), out)
+    print(path.read_text())
+    print(f"study written to {out}")
+    return 0
+
+
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "train": ("train a policy (the default command)", add_train, cmd_train),
     "plot": ("write PNG plots of a run's metrics", add_plot, cmd_plot),
+    "sft": ("supervised warm start on expert trajectories of every configured task", add_sft, cmd_sft),
+    "study": ("compare losses over seeds on one suite; writes comparison.md and overlay plots (make experiment)",
+              add_study, cmd_study),
+    "pipeline": ("evaluate, SFT, evaluate, RL, evaluate; writes summary.md (make train)", add_pipeline,
+                 cmd_pipeline),
 }
 
 

@@ -49,9 +49,30 @@ class ModelConfig:
     name: str = "smollm2"  # "smollm2" (the embedded default), "tiny" (random, for tests) or a local HF directory
     dtype: str = "float32"  # weights of the learner: float32 | bfloat16
     generator_dtype: str = "float32"  # weights of the sampling copy (bf16 samples ~2x faster on CPU)
-    warm_start_steps: int = 0  # >0: imitate expert episodes this many steps before RL (warm_start.py)
-    warm_start_episodes: int = 8  # expert episodes per task for the warm start
-    warm_start_lr: float = 1e-3
+
+
+@dataclass
+class SftConfig:
+    """The supervised warm start on expert trajectories (sft.py); `train` runs it first when steps > 0."""
+
+    steps: int = 0  # AdamW steps (0: no warm start)
+    episodes: int = 8  # expert episodes per task (train split), generated through the RL rollout loop
+    batch_size: int = 16  # samples per step
+    lr: float = 1e-4
+    train_top_layers: int = 0  # >0: only the top N decoder layers
+    micro_batch_tokens: int = 4096
+    max_reply_tokens: int = 256  # an expert reply is cut at this many tokens
+
+
+@dataclass
+class EvalSection:
+    """The pipeline's fixed evaluation set (eval.py): seeds 0..episodes-1 of each task's evaluation split."""
+
+    episodes: int = 10  # instances per task
+    split: dict[str, str] = field(default_factory=dict)  # task label -> split (default: the env's eval_split)
+    max_turns: int | None = None  # None: rollout.max_turns
+    max_new_tokens: int | None = None  # None: rollout.max_new_tokens
+    batch_size: int = 64
 
 
 @dataclass
@@ -141,6 +162,8 @@ class RunConfig:
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
+    evaluation: EvalSection = field(default_factory=EvalSection)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutSection = field(default_factory=RolloutSection)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
@@ -353,6 +376,10 @@ def validate(cfg: Config) -> None:
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in ("float32", "bfloat16"), "model.generator_dtype: float32 or bfloat16")
+    need(cfg.sft.steps >= 0 and cfg.sft.episodes >= 1 and cfg.sft.batch_size >= 1,
+         "sft: steps >= 0, episodes >= 1, batch_size >= 1")
+    need(cfg.sft.lr > 0, f"sft.lr: must be > 0, got {cfg.sft.lr}")
+    need(cfg.evaluation.episodes >= 1, "evaluation.episodes: must be >= 1")
     need(cfg.run.iterations >= 0, "run.iterations: must be >= 0")
     need(bool(cfg.run.name) and "/" not in cfg.run.name, f"run.name: a plain name, got {cfg.run.name!r}")
     need(len(cfg.env.tasks) >= 1, "env.tasks: at least one task")

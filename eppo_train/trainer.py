@@ -164,12 +164,12 @@ class Trainer:
         from eppo_train.rollout import run_rollout
 
         start, offset = self._prepare_dir()
-        if self.cfg.model.warm_start_steps > 0 and start == 0:
-            from eppo_train.warm_start import warm_start
+        if self.cfg.sft.steps > 0 and start == 0:
+            from eppo_train.sft import sft_model
 
-            # RL starts from the imitation model; the saved config points at it (a resume loads its checkpoint)
-            self.cfg = replace(self.cfg, model=replace(self.cfg.model, name=warm_start(self.cfg, self.slots),
-                                                       warm_start_steps=0))
+            # RL starts from the SFT model; the saved config points at it (a resume loads its checkpoint)
+            self.cfg = replace(self.cfg, model=replace(self.cfg.model, name=sft_model(self.cfg, self.slots)),
+                               sft=replace(self.cfg.sft, steps=0))
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")

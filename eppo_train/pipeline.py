@@ -1,0 +1,163 @@
+"""`eppo-train pipeline` (`make train`): evaluate the base model, SFT on expert demos, evaluate, EPPO, evaluate.
+
+    runs/<timestamp>/config.yaml      the resolved pipeline config
+    runs/<timestamp>/pipeline.json    finished stages and their results (what `--resume` continues from)
+    runs/<timestamp>/evals/<stage>.json   eval.py reports on the fixed evaluation set (base, sft, rl)
+    runs/<timestamp>/sft/             the SFT model (transformers folder) and sft.json (loss per step, demo counts)
+    runs/<timestamp>/rl/              the trainer's run: metrics.jsonl, tb/, checkpoints/, plots/*.png
+    runs/<timestamp>/summary.md       per-task success (95% Wilson CI) before SFT, after SFT and after RL
+
+Every stage reuses the project's one implementation of its job: demos and RL rollouts go through
+`rollout.run_rollout`, evaluation through `eval.evaluate` (seeds 0..N-1 of each task's evaluation split, greedy),
+RL through `trainer.Trainer`. A stage's result is recorded only when it has finished, so a killed run resumes at
+the first unfinished stage (RL from its latest checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from eppo_train.config import Config, save_config
+from eppo_train.progress import Progress, RLWatcher
+
+STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
+STAGE_TITLES = {"eval_base": "before SFT", "eval_sft": "after SFT", "eval_rl": "after RL"}
+
+
+# ---------------------------------------------------------------------------- evaluation through eval.py
+def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split, via eval.evaluate."""
+    from eppo_train.eval import PolicyOptions, _hf, evaluate
+    from eppo_train.policy.base import SamplingParams
+
+    ev = cfg.evaluation
+    max_new = ev.max_new_tokens or cfg.rollout.max_new_tokens
+    params = SamplingParams(max_new, 0.0, 1.0, 0)
+    agent = _hf(model, PolicyOptions(None, None, cfg.model.generator_dtype, ev.batch_size, params))
+    by_split: dict[str | None, list] = {}
+    for s in slots:
+        by_split.setdefault(ev.split.get(s.label), []).append(s)
+    tasks: dict[str, Any] = {}
+    seconds = 0.0
+    try:
+        for split, group in by_split.items():
+            args = argparse.Namespace(
+                policy=model, split=split, episodes=ev.episodes, max_turns=ev.max_turns or cfg.rollout.max_turns,
+                max_new_tokens=max_new, max_total_tokens=cfg.rollout.max_total_tokens, temperature=0.0, top_p=1.0,
+                seed=0, no_progress=not cfg.rollout.progress, workers=0, ray_address=None, batch_size=ev.batch_size)
+            report, _ = evaluate(agent, [s.env_id for s in group], args)
+            seconds += report["timing"]["wall_seconds"]
+            for s in group:
+                tasks[s.label] = {**report["tasks"][s.env_id], "env_id": s.env_id,
+                                  "split": split or "eval_split"}
+    finally:
+        agent.policy.close()
+    return {"model": model, "episodes_per_task": ev.episodes, "tasks": tasks, "seconds": seconds}
+
+
+# ---------------------------------------------------------------------------- the stages
+class Pipeline:
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
+        from eppo_train.trainer import prepare_tasks
+
+        self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
+        self.slots = prepare_tasks(cfg)
+        self.state_path = self.run_dir / "pipeline.json"
+        self.state: dict[str, Any] = {"done": {}}
+        if resume and self.state_path.exists():
+            self.state = json.loads(self.state_path.read_text())
+        self.progress = Progress(STAGES, [s.label for s in self.slots])
+
+    def _finish(self, stage: str, result: dict[str, Any]) -> None:
+        self.state["done"][stage] = result
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1))
+        tmp.replace(self.state_path)  # atomic: a kill never leaves half a state file
+
+    def model_after(self, stage: str) -> str:
+        done = self.state["done"]
+        if stage == "rl" and "rl" in done:
+            return done["rl"]["model"]
+        if stage in ("sft", "rl") and "sft" in done:
+            return done["sft"]["model"]
+        return self.cfg.model.name
+
+    def run(self) -> Path:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(self.cfg, self.run_dir / "config.yaml")
+        for stage in STAGES:
+            if stage in self.state["done"]:
+                self.progress.skip(stage)
+                continue
+            self.progress.start(stage)
+            result = getattr(self, f"_{stage}")()
+            self._finish(stage, result)
+            self.progress.finish(stage, result.get("tasks"))
+        from eppo_train.summary import write_summary
+
+        path = write_summary(self.run_dir, self.cfg, self.state["done"])
+        self.progress.done(path)
+        return self.run_dir
+
+    def _eval(self, name: str, model: str) -> dict[str, Any]:
+        report = evaluate_model(self.cfg, self.slots, model, self.progress)
+        (self.run_dir / "evals").mkdir(exist_ok=True)
+        (self.run_dir / "evals" / f"{name}.json").write_text(json.dumps(report, indent=1))
+        return report
+
+    def _eval_base(self) -> dict[str, Any]:
+        return self._eval("base", self.model_after("base"))
+
+    def _eval_sft(self) -> dict[str, Any]:
+        return self._eval("sft", self.model_after("sft"))
+
+    def _eval_rl(self) -> dict[str, Any]:
+        return self._eval("rl", self.model_after("rl"))
+
+    def _sft(self) -> dict[str, Any]:
+        from eppo_train.sft import run_sft
+
+        if self.cfg.sft.steps == 0:
+            return {"model": self.cfg.model.name, "steps": 0}
+        out = self.run_dir / "sft"
+        info = run_sft(self.cfg, self.slots, out, on_step=lambda i, loss: self.progress.sft_step(
+            i, self.cfg.sft.steps, loss))
+        return {**{k: v for k, v in info.items() if k != "losses"}, "model": str(out)}
+
+    def _rl(self) -> dict[str, Any]:
+        from eppo_train.trainer import Trainer
+
+        rl_dir = self.run_dir / "rl"
+        model = self.model_after("sft")
+        if self.cfg.run.iterations == 0:
+            return {"model": model, "iterations": 0}
+        cfg = replace(self.cfg, run=replace(self.cfg.run, out_dir=str(self.run_dir), name="rl", overwrite=True),
+                      model=replace(self.cfg.model, name=model), sft=replace(self.cfg.sft, steps=0))
+        resume = (rl_dir / "latest").exists()
+        with RLWatcher(rl_dir, cfg.run.iterations, self.progress):
+            Trainer(cfg, resume=resume).run()
+        latest = (rl_dir / "latest").read_text().strip()
+        return {"model": str(rl_dir / "checkpoints" / latest / "model"), "iterations": cfg.run.iterations}
+
+
+def default_run_dir(cfg: Config) -> Path:
+    return Path(cfg.run.out_dir) / time.strftime("%Y%m%d-%H%M%S")
+
+
+def run_pipeline(cfg: Config, run_dir: Path | None = None, resume: bool = False) -> Path:
+    run_dir = run_dir or default_run_dir(cfg)
+    if not resume and (run_dir / "pipeline.json").exists():
+        from eppo_train.trainer import RunError
+
+        raise RunError(f"{run_dir} already holds a pipeline run: --resume {run_dir}")
+    return Pipeline(cfg, run_dir, resume).run()
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

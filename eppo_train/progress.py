@@ -1,0 +1,113 @@
+"""The pipeline's progress display: one line per event on stderr (stage, step or iteration, per-task success, ETA).
+
+Plain lines rather than a live panel, so the display reads the same in a terminal, under `nohup` and in CI logs.
+RL progress is read from the trainer's own `metrics.jsonl` by a watcher thread: the trainer stays unaware of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    def __init__(self, stages: Sequence[str], tasks: Sequence[str], stream=None) -> None:
+        self.stages, self.tasks = list(stages), list(tasks)
+        self.stream = stream or sys.stderr
+        self.t0 = time.perf_counter()
+        self.stage_t0 = self.t0
+        self.stage = ""
+
+    def _line(self, text: str) -> None:
+        print(f"[{_fmt_s(time.perf_counter() - self.t0):>7}] {text}", file=self.stream, flush=True)
+
+    def _pos(self, stage: str) -> str:
+        return f"stage {self.stages.index(stage) + 1}/{len(self.stages)} {stage}"
+
+    def start(self, stage: str) -> None:
+        self.stage, self.stage_t0 = stage, time.perf_counter()
+        self._line(f"{self._pos(stage)}: started")
+
+    def skip(self, stage: str) -> None:
+        self._line(f"{self._pos(stage)}: already done (resumed run)")
+
+    def finish(self, stage: str, tasks: dict[str, Any] | None) -> None:
+        took = _fmt_s(time.perf_counter() - self.stage_t0)
+        extra = ""
+        if tasks:
+            extra = " | success " + " ".join(f"{t} {v['success']:.2f}" for t, v in tasks.items())
+        self._line(f"{self._pos(stage)}: done in {took}{extra}")
+
+    def sft_step(self, step: int, steps: int, loss: float) -> None:
+        done = step + 1
+        elapsed = time.perf_counter() - self.stage_t0
+        eta = elapsed / done * (steps - done)
+        if done == 1 or done == steps or done % max(steps // 10, 1) == 0:
+            self._line(f"{self._pos('sft')}: step {done}/{steps} loss {loss:.3f} | stage ETA {_fmt_s(eta)}")
+
+    def rl_iteration(self, record: dict[str, Any], total: int, started: float, first_step: int) -> None:
+        step = int(record["step"])
+        per = (time.perf_counter() - started) / max(step - first_step, 1)
+        tasks = record.get("tasks", {})
+        succ = " ".join(f"{t} {v.get('success', 0.0):.2f}" for t, v in tasks.items())
+        self._line(f"{self._pos('rl')}: iteration {step}/{total} | train success {succ} | "
+                   f"{record.get('iteration_time_s', 0.0):.0f}s/it | stage ETA {_fmt_s(per * (total - step))}")
+
+    def done(self, summary: Path) -> None:
+        self._line(f"finished: {summary}")
+
+
+class RLWatcher:
+    """While the trainer runs, report each new line of its metrics file."""
+
+    def __init__(self, run_dir: Path, total: int, progress: Progress, poll_s: float = 2.0) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.total, self.progress, self.poll_s = total, progress, poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._seen = 0
+
+    def _records(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line being written
+                break
+        return out
+
+    def _watch(self) -> None:
+        started = time.perf_counter()
+        first = None
+        while True:
+            stop = self._stop.wait(self.poll_s)
+            records = self._records()
+            if first is None:
+                first = int(records[-1]["step"]) - 1 if records else 0  # a resumed run starts past its old steps
+                self._seen = len(records) if records else 0
+                started = time.perf_counter()
+            for rec in records[self._seen:]:
+                self.progress.rl_iteration(rec, self.total, started, first)
+            self._seen = max(self._seen, len(records))
+            if stop:
+                return
+
+    def __enter__(self) -> RLWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

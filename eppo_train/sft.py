@@ -1,0 +1,233 @@
+"""`eppo-train sft`: the supervised warm start on expert trajectories (DESIGN.md: demos -> SFT -> EPPO).
+
+Demonstrations are generated on the fly: each task's expert plays through the *same* rollout loop as RL
+(`rollout.run_rollout` with a token-level expert agent), so the samples carry exactly the chat format, the context
+mode (full transcript or a window per turn) and the token boundaries the RL stage will see. The loss is the mean
+negative log-likelihood of the model's own tokens (the sample's `loss_mask`: expert replies and their end-of-turn
+token); prompts, observations and chat scaffolding never enter it.
+
+A random or untuned model rarely writes a well-formed tool call, so every GRPO group would have zero reward
+variance and RL would have nothing to learn from; this stage fixes the format first. `sft_model` caches the
+result by its settings, so repeated runs (tests, a re-run pipeline) pay for it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from eppo_train.config import Config, to_dict
+from eppo_train.policy.agents import Action, Agent, Turnstate
+from eppo_train.records import Sample
+
+
+class ExpertTokenAgent(Agent):
+    """Each env's expert, answering in tokens: the reply text tokenized plus the end-of-turn token, as the
+    sampler would have emitted it. Log-probs are 0 (the expert is not a distribution)."""
+
+    needs_tokens = True
+    name = "expert"
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_token_id
+        self.eos = eos if isinstance(eos, int) else list(eos)[0]
+
+    def act(self, states: Sequence[Turnstate], pool) -> list[Action]:
+        out = []
+        for state, text in zip(states, pool.expert_actions([s.slot for s in states]), strict=True):
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max(state.budget - 1, 0)]
+            ids = ids + [self.eos]
+            out.append(Action(text, ids, [0.0] * len(ids), True))
+        return out
+
+
+def expert_samples(cfg: Config, slots, tokenizer, pool, episodes: int) -> tuple[list[Sample], dict]:
+    """`episodes` expert episodes per task (train split, seeded by the run seed), as RL-format samples. An
+    episode the expert did not finish in the turn limit is kept: each of its replies is still the expert's move."""
+    from eppo_train.rollout import Problem, run_rollout
+    from eppo_train.trainer import rollout_config
+
+    problems = []
+    for s in slots:
+        rng = random.Random(f"{cfg.run.seed}/sft/{s.label}")
+        problems += [Problem(s.env_id, s.cfg.split, rng.randrange(2**31)) for _ in range(episodes)]
+    rc = replace(rollout_config(cfg, slots, 0), group_size=1, progress=False)
+    # a demonstration turn is as long as the expert's reply, not capped by the RL sampling budget
+    rc = replace(rc, max_new_tokens=max(rc.max_new_tokens, cfg.sft.max_reply_tokens))
+    result = run_rollout(ExpertTokenAgent(tokenizer), pool, problems, rc)
+    label = {s.env_id: s.label for s in slots}
+    for smp in result.samples:
+        smp.task = label.get(smp.meta.get("env_id"), smp.task)
+    won = result.samples
+    per_task: dict[str, dict[str, float]] = {}
+    for smp in won:
+        t = per_task.setdefault(smp.task, {"samples": 0, "model_tokens": 0, "tokens": 0})
+        t["samples"] += 1
+        t["model_tokens"] += sum(smp.loss_mask)
+        t["tokens"] += len(smp.input_ids)
+    wins = {s.label: 0 for s in slots}
+    for e in result.episodes:
+        wins[label.get(e.env_id, e.task)] += int(e.won)
+    for task, w in wins.items():
+        per_task.setdefault(task, {"samples": 0, "model_tokens": 0, "tokens": 0})["expert_wins"] = w
+    return won, per_task
+
+
+# ---------------------------------------------------------------------------- the loss and the loop
+def _batch(samples: list[Sample], device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(s.input_ids) for s in samples)
+    ids = torch.zeros(len(samples), width, dtype=torch.long)
+    attn = torch.zeros(len(samples), width, dtype=torch.long)
+    mask = torch.zeros(len(samples), width)
+    for r, s in enumerate(samples):
+        n = len(s.input_ids)
+        ids[r, :n] = torch.tensor(s.input_ids)
+        attn[r, :n] = 1
+        mask[r, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    mask[:, 0] = 0.0  # nothing predicts the first token
+    return ids.to(device), attn.to(device), mask.to(device)
+
+
+def _autocast(device: str, bf16: bool):
+    from contextlib import nullcontext
+
+    if device.startswith("cuda") or bf16:
+        return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def masked_nll_sum(model, samples: list[Sample], micro_batch_tokens: int, device: str = "cpu",
+                   bf16: bool = False, grad: bool = False, scale: float = 1.0) -> tuple[float, int]:
+    """(sum of -log p over model tokens, number of model tokens). With `grad`, backpropagates `scale` x the sum
+    micro-batch by micro-batch (exact gradient accumulation)."""
+    from eppo_train.learner import micro_batches, token_logprobs_entropy
+
+    total, count = 0.0, 0
+    for idx in micro_batches([len(s.input_ids) for s in samples], micro_batch_tokens):
+        ids, attn, mask = _batch([samples[i] for i in idx], device)
+        with _autocast(device, bf16), torch.set_grad_enabled(grad):
+            lp, _ = token_logprobs_entropy(model, ids, attn, mask, 1.0, 256, grad=grad)
+            nll = -(lp * mask).sum()
+        if grad:
+            (nll * scale).backward()
+        total += float(nll.detach())
+        count += int(mask.sum())
+    return total, count
+
+
+def mean_nll(model, samples: list[Sample], micro_batch_tokens: int = 4096, device: str = "cpu",
+             bf16: bool = False) -> float:
+    """The SFT loss of `model` on `samples` (nats per model token), without gradients."""
+    was = model.training
+    model.eval()
+    total, count = masked_nll_sum(model, samples, micro_batch_tokens, device, bf16)
+    model.train(was)
+    return total / max(count, 1)
+
+
+@dataclass
+class SftReport:
+    losses: list[float] = field(default_factory=list)  # per step: mean NLL per model token of that step's batch
+    samples: int = 0
+    model_tokens: int = 0
+    seconds: float = 0.0
+
+
+def train_sft(model, samples: list[Sample], steps: int, lr: float, batch_size: int, micro_batch_tokens: int,
+              train_top_layers: int = 0, bf16: bool = False, seed: int = 0, device: str = "cpu",
+              on_step: Callable[[int, float], None] | None = None) -> SftReport:
+    """`steps` AdamW steps of token-mean NLL on model tokens; batches drawn by shuffled passes over `samples`."""
+    from eppo_train.learner import freeze_below_top
+
+    samples = [s for s in samples if sum(s.loss_mask) > 0]
+    if not samples:
+        raise ValueError("no expert samples to train on (did every expert episode fail?)")
+    t0 = time.perf_counter()
+    model.to(device).train()
+    if train_top_layers > 0:
+        freeze_below_top(model, train_top_layers)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    order: list[int] = []
+    report = SftReport(samples=len(samples), model_tokens=sum(sum(s.loss_mask) for s in samples))
+    for step in range(steps):
+        if len(order) < batch_size:
+            fresh = list(range(len(samples)))
+            rng.shuffle(fresh)
+            order += fresh
+        batch = [samples[i] for i in order[:batch_size]]
+        del order[:batch_size]
+        n_tokens = sum(sum(s.loss_mask[1:]) for s in batch)
+        opt.zero_grad(set_to_none=True)
+        total, count = masked_nll_sum(model, batch, micro_batch_tokens, device, bf16, grad=True,
+                                      scale=1.0 / max(n_tokens, 1))
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        loss = total / max(count, 1)
+        report.losses.append(loss)
+        if on_step is not None:
+            on_step(step, loss)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.eval()
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+# ---------------------------------------------------------------------------- the stage
+def sft_key(cfg: Config, slots) -> str:
+    s = cfg.sft
+    key = json.dumps([cfg.model.name, to_dict(s), cfg.run.seed, to_dict(cfg.rollout),
+                      [to_dict(x.cfg) for x in slots]], sort_keys=True, default=str)
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def run_sft(cfg: Config, slots, out: Path, pool=None, on_step: Callable[[int, float], None] | None = None) -> dict:
+    """Generate the demonstrations, train, save the model (+ tokenizer) to `out`; return a JSON-able report."""
+    from eppo_train.envpool import LocalEnvPool
+    from eppo_train.policy.models import load_model, load_tokenizer
+
+    torch.manual_seed(cfg.run.seed)
+    tokenizer = load_tokenizer(cfg.model.name)
+    own_pool = pool is None
+    pool = pool or LocalEnvPool()
+    try:
+        t0 = time.perf_counter()
+        samples, per_task = expert_samples(cfg, slots, tokenizer, pool, cfg.sft.episodes)
+        demo_s = time.perf_counter() - t0
+    finally:
+        if own_pool:
+            pool.close()
+    model = load_model(cfg.model.name, "float32", "cpu")
+    s = cfg.sft
+    # the loss is reported per step (the first step's is the base model's); no extra full passes: on a small CPU
+    # one pass over the demos costs as much as several steps
+    report = train_sft(model, samples, s.steps, s.lr, s.batch_size, s.micro_batch_tokens, s.train_top_layers,
+                       cfg.learner.bf16_autocast_cpu, cfg.run.seed, on_step=on_step)
+    tail = report.losses[-max(len(report.losses) // 5, 1):]
+    before, after = report.losses[0], sum(tail) / len(tail)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+    info = {"base_model": cfg.model.name, "steps": s.steps, "loss_first_step": before,
+            "loss_last_steps": after, "losses": report.losses, "samples": report.samples,
+            "model_tokens": report.model_tokens, "per_task": per_task, "demo_seconds": demo_s,
+            "train_seconds": report.seconds}
+    (out / "sft.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def sft_model(cfg: Config, slots) -> str:
+    """The SFT model for this config (built once per setting in the cache); its folder."""
+    from eppo_envs.core.cache import cached_dir
+
+    return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out)))

@@ -1,0 +1,123 @@
+"""SFT on expert demos (loss falls, only model tokens in the loss) and the pipeline end to end, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eppo_train.config import load_config
+from eppo_train.envpool import LocalEnvPool
+from eppo_train.policy.models import load_model, load_tokenizer
+from eppo_train.trainer import prepare_tasks
+
+
+@pytest.fixture(scope="module")
+def demos():
+    cfg = load_config("tiny")
+    slots = prepare_tasks(cfg)
+    tok = load_tokenizer("tiny")
+    from eppo_train.sft import expert_samples
+
+    with LocalEnvPool() as pool:
+        samples, per_task = expert_samples(cfg, slots, tok, pool, 4)
+    return cfg, tok, samples, per_task
+
+
+def test_demos_mask_exactly_the_expert_replies(demos):
+    cfg, tok, samples, per_task = demos
+    assert {s.task for s in samples} == {"guess_small", "guess_large"}
+    assert per_task["guess_small"]["expert_wins"] == 4
+    for s in samples:
+        spans = s.meta["turn_spans"]
+        masked = [i for i, m in enumerate(s.loss_mask) if m]
+        assert masked == [i for a, b in spans for i in range(a, b)]  # nothing outside the replies
+        for a, b in spans:  # each reply: the expert's text, then the end-of-turn token
+            assert s.input_ids[b - 1] == tok.eos_token_id
+            assert "<answer>" in tok.decode(s.input_ids[a : b - 1])
+        # the env's text (instructions, feedback) is never in the loss
+        assert "guess" not in tok.decode([t for t, m in zip(s.input_ids, s.loss_mask, strict=True) if m]).lower()
+
+
+def test_loss_counts_only_model_tokens(demos):
+    from eppo_train.records import Sample
+    from eppo_train.sft import mean_nll
+
+    _, tok, samples, _ = demos
+    model = load_model("tiny")
+    s = samples[0]
+    junk = tok("lots of unrelated environment text", add_special_tokens=False)["input_ids"]
+    padded = Sample(s.task, s.group_id, s.episode_id, -1, s.input_ids + junk, s.loss_mask + [0] * len(junk),
+                    s.old_logprobs + [0.0] * len(junk), s.reward)
+    assert mean_nll(model, [padded]) == pytest.approx(mean_nll(model, [s]), rel=1e-5)
+    shifted = Sample(s.task, s.group_id, s.episode_id, -1, s.input_ids, [0] * len(s.loss_mask), s.old_logprobs,
+                     s.reward)
+    shifted.loss_mask[-1] = 1  # only the final end-of-turn token
+    assert mean_nll(model, [shifted]) != pytest.approx(mean_nll(model, [s]), rel=1e-3)
+
+
+def test_sft_loss_falls(demos):
+    from eppo_train.sft import mean_nll, train_sft
+
+    _, _, samples, _ = demos
+    model = load_model("tiny")
+    before = mean_nll(model, samples)
+    report = train_sft(model, samples, steps=20, lr=3e-3, batch_size=8, micro_batch_tokens=2048)
+    after = mean_nll(model, samples)
+    assert after < 0.5 * before
+    assert report.losses[-1] < report.losses[0]
+
+
+def test_sft_cli_writes_a_loadable_model(tmp_path: Path):
+    from eppo_train.cli import main
+
+    out = tmp_path / "m"
+    assert main(["sft", "--config", "tiny", "--set", "sft.steps=3", "--out", str(out)]) == 0
+    info = json.loads((out / "sft.json").read_text())
+    assert len(info["losses"]) == 3 and info["model_tokens"] > 0
+    load_model(str(out))
+    assert main(["sft", "--config", "tiny", "--set", "sft.steps=0", "--out", str(out)]) == 2
+
+
+def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
+    from eppo_train.cli import main
+
+    run = tmp_path / "run"
+    args = ["pipeline", "--config", "tiny", "--run-dir", str(run), "--set", "sft.steps=40",
+            "--set", "run.iterations=1", "--set", "ray.enabled=false", "--set", "evaluation.episodes=4",
+            "--set", "evaluation.max_turns=3", "--set", "run.plots=false"]
+    assert main(args) == 0
+    summary = (run / "summary.md").read_text()
+    assert "| before SFT | after SFT | after RL |" in summary
+    assert summary.count("| guess_") == 2 and "**mean**" in summary
+    state = json.loads((run / "pipeline.json").read_text())
+    assert list(state["done"]) == ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
+    assert (run / "rl" / "metrics.jsonl").read_text().count("\n") == 1
+    assert all((run / "evals" / f"{k}.json").exists() for k in ("base", "sft", "rl"))
+    # SFT teaches the answer format: the easy task is won after it (and the random model never writes it)
+    assert state["done"]["eval_sft"]["tasks"]["guess_small"]["success"] > state["done"]["eval_base"]["tasks"][
+        "guess_small"]["success"]
+    err = capsys.readouterr().err
+    assert "stage 2/5 sft: step" in err and "stage 4/5 rl: iteration 1/1" in err
+    # a finished run resumes to the same summary without redoing anything; a fresh run into it is refused
+    assert main(["pipeline", "--resume", str(run)]) == 0
+    assert "already done" in capsys.readouterr().err
+    assert main(["pipeline", "--config", "tiny", "--run-dir", str(run)]) == 2
+
+
+def test_pipeline_resumes_after_the_last_finished_stage(tmp_path: Path):
+    from eppo_train.pipeline import Pipeline
+
+    cfg = load_config("tiny", ["sft.steps=5", "run.iterations=0", "evaluation.episodes=2",
+                               "evaluation.max_turns=2", "ray.enabled=false"])
+    run = tmp_path / "run"
+    p = Pipeline(cfg, run)
+    run.mkdir()
+    p._finish("eval_base", {"model": "tiny", "tasks": {"guess_small": {"success": 0.25, "episodes": 4},
+                                                       "guess_large": {"success": 0.0, "episodes": 4}}})
+    Pipeline(cfg, run, resume=True).run()
+    done = json.loads((run / "pipeline.json").read_text())["done"]
+    assert done["eval_base"]["tasks"]["guess_small"]["success"] == 0.25  # kept, not recomputed
+    assert done["rl"]["model"] == str(run / "sft")  # no RL iterations: the SFT model is the final one
+    assert "0.25" in (run / "summary.md").read_text()
