@@ -128,7 +128,7 @@ def add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the tiny-model study (config study-quick): minutes")
     p.add_argument("--algos", help="comma list of losses (default: grpo,dapo,eppo,clip_cov; quick: grpo,dapo,eppo)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per loss (default 3)")
-    p.add_argument("--out", help="study folder (default: study/<config name>)")
+    p.add_argument("--out", help="study folder (default: runs/study-<config name>)")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -143,7 +143,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         return _error(f"--algos: unknown loss {unknown[0]!r} (known: {', '.join(LOSSES)})")
     if args.seeds < 1:
         return _error("--seeds must be at least 1")
-    out = Path(args.out) if args.out else Path("study") / Path(config).stem
+    out = Path(args.out) if args.out else Path("runs") / f"study-{Path(config).stem}"
     path = run_study(cfg, algos, list(range(args.seeds)), out)
     print(path.read_text())
     print(f"study written to {out}")

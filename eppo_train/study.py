@@ -1,10 +1,10 @@
 """`eppo-train study` (`make experiment`): the same suite trained with several losses and seeds, compared.
 
-    study/<name>/sft/                    one SFT warm start shared by every run (all start from the same model)
-    study/<name>/runs/<algo>-s<seed>/    a trainer run each (metrics.jsonl, tb/, checkpoints/, plots/)
-    study/<name>/evals/<algo>-s<seed>.json   the final model on the fixed evaluation set (eval.py)
-    study/<name>/comparison.md           mean ± std over seeds: per-task and mean success, crossovers, spikes
-    study/<name>/plots/{success,entropy}.png  overlays: one line per loss (mean over seeds, band = ±1 std)
+    runs/study-<name>/sft/                    one SFT warm start shared by every run (all start from the same model)
+    runs/study-<name>/runs/<algo>-s<seed>/    a trainer run each (metrics.jsonl, tb/, checkpoints/, plots/)
+    runs/study-<name>/evals/<algo>-s<seed>.json   the final model on the fixed evaluation set (eval.py)
+    runs/study-<name>/comparison.md           mean ± std over seeds: per-task and mean success, crossovers, spikes
+    runs/study-<name>/plots/{success,entropy}.png  overlays: one line per loss (mean over seeds, band = ±1 std)
 
 Every run has the same iterations, problems and group size, so the losses are compared at equal samples. Finished
 runs are skipped on a re-run and an interrupted one resumes from its checkpoint.
