@@ -53,14 +53,14 @@ class Progress:
         elapsed = time.perf_counter() - self.stage_t0
         eta = elapsed / done * (steps - done)
         if done == 1 or done == steps or done % max(steps // 10, 1) == 0:
-            self._line(f"{self._pos('sft')}: step {done}/{steps} loss {loss:.3f} | stage ETA {_fmt_s(eta)}")
+            self._line(f"{self._pos(self.stage or 'sft')}: step {done}/{steps} loss {loss:.3f} | stage ETA {_fmt_s(eta)}")
 
     def rl_iteration(self, record: dict[str, Any], total: int, started: float, first_step: int) -> None:
         step = int(record["step"])
         per = (time.perf_counter() - started) / max(step - first_step, 1)
         tasks = record.get("tasks", {})
         succ = " ".join(f"{t} {v.get('success', 0.0):.2f}" for t, v in tasks.items())
-        self._line(f"{self._pos('rl')}: iteration {step}/{total} | train success {succ} | "
+        self._line(f"{self._pos(self.stage or 'rl')}: iteration {step}/{total} | train success {succ} | "
                    f"{record.get('iteration_time_s', 0.0):.0f}s/it | stage ETA {_fmt_s(per * (total - step))}")
 
     def done(self, summary: Path) -> None:
