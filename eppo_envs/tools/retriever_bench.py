@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from eppo_envs.tools.retriever import Document, make_retriever
+from eppo_envs.tools.retriever import Document, Retriever, make_retriever
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,26 @@ class BenchResult:
     p95_ms: float
 
 
+def wordnet_workload() -> tuple[list[Document], list[str]]:
+    """The >= 100k-document WordNet gloss corpus and its test questions: the standard retriever workload."""
+    from eppo_envs.searchqa.corpus import built_corpus
+    from eppo_envs.searchqa.wordnet import build  # noqa: F401  (registers the corpus)
+
+    corpus = built_corpus("wordnet")
+    return corpus.documents(), [q.question for q in corpus.questions["test"]]
+
+
+def time_queries(retriever: Retriever, queries: Sequence[str], k: int = 3) -> tuple[list[float], float]:
+    """Seconds per query (one at a time, as an env issues them) and the whole loop's wall time."""
+    latencies = []
+    start = time.perf_counter()
+    for query in queries:
+        t0 = time.perf_counter()
+        retriever.search(query, k)
+        latencies.append(time.perf_counter() - t0)
+    return latencies, time.perf_counter() - start
+
+
 def measure(backend: str, docs: Sequence[Document], queries: Sequence[str], k: int = 3, warmup: int = 5) -> BenchResult:
     """Index `docs` with `backend`, then time `search(q, k)` for each query (after a few untimed warm-up calls)."""
     retriever = make_retriever(backend)
@@ -37,13 +57,7 @@ def measure(backend: str, docs: Sequence[Document], queries: Sequence[str], k: i
     build_s = time.perf_counter() - start
     for query in queries[:warmup]:
         retriever.search(query, k)
-    latencies = []
-    start = time.perf_counter()
-    for query in queries:
-        t0 = time.perf_counter()
-        retriever.search(query, k)
-        latencies.append(time.perf_counter() - t0)
-    total = time.perf_counter() - start
+    latencies, total = time_queries(retriever, queries, k)
     ordered = sorted(latencies)
     return BenchResult(backend, len(docs), len(queries), round(build_s, 2), round(len(queries) / total, 1),
                        round(statistics.median(ordered) * 1e3, 3), round(ordered[int(0.95 * (len(ordered) - 1))] * 1e3, 3))
@@ -54,12 +68,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--backends", nargs="+", default=["bm25s", "lucene"])
     parser.add_argument("--queries", type=int, default=500)
     args = parser.parse_args(argv)
-    from eppo_envs.searchqa.corpus import built_corpus
-    from eppo_envs.searchqa.wordnet import build  # noqa: F401  (registers the corpus)
-
-    corpus = built_corpus("wordnet")
-    docs = corpus.documents()
-    queries = [q.question for q in corpus.questions["test"]][: args.queries]
+    docs, queries = wordnet_workload()
+    queries = queries[: args.queries]
     for backend in args.backends:
         print(json.dumps(asdict(measure(backend, docs, queries))), flush=True)
 

@@ -29,33 +29,13 @@ def bench_sandbox(ctx: BenchContext) -> list[Figure]:
     return rows
 
 
-def _corpus() -> tuple[list, list[str], str]:
-    """The WordNet gloss corpus and its test questions (what SearchQA queries), as the retriever bench uses them."""
-    need_module("eppo_envs.searchqa.corpus", "the SearchQA corpora")
-    from eppo_envs.searchqa.corpus import built_corpus
-    from eppo_envs.searchqa.wordnet import build  # noqa: F401  (registers the corpus)
-
-    corpus = built_corpus("wordnet")
-    return corpus.documents(), [q.question for q in corpus.questions["test"]], "wordnet"
-
-
-def _latencies(retriever, queries: list[str], k: int) -> tuple[list[float], float]:
-    """Seconds per query (one at a time, as an env issues them) and the whole loop's wall time."""
-    out = []
-    start = time.perf_counter()
-    for query in queries:
-        t0 = time.perf_counter()
-        retriever.search(query, k)
-        out.append(time.perf_counter() - t0)
-    return out, time.perf_counter() - start
-
-
 @section("retriever", "retriever latency and queries/s", "1-2 min")
 def bench_retriever(ctx: BenchContext) -> list[Figure]:
-    need_module("eppo_envs.tools.retriever_bench", "the retriever benchmark")
+    bench = need_module("eppo_envs.tools.retriever_bench", "the retriever benchmark")
     from eppo_envs.tools.retriever import make_retriever
 
-    docs, questions, name = _corpus()
+    docs, questions = bench.wordnet_workload()
+    name = "wordnet"
     queries = questions[: ctx.size(500, 50)]
     rows: list[Figure] = []
     for backend in ("bm25s", "lucene"):
@@ -69,7 +49,7 @@ def bench_retriever(ctx: BenchContext) -> list[Figure]:
                 retriever.search(query, 3)
             p50, p99, qps = [], [], []
             for _ in range(ctx.reps()):
-                lat, wall = _latencies(retriever, queries, 3)
+                lat, wall = bench.time_queries(retriever, queries, 3)
                 p50.append(1e3 * float(np.percentile(lat, 50)))
                 p99.append(1e3 * float(np.percentile(lat, 99)))
                 qps.append(len(queries) / wall)
