@@ -28,6 +28,12 @@ class SamplingParams:
         """temperature <= 0 means greedy decoding (log-probs are then those of the untempered softmax)."""
         return self.temperature <= 0
 
+    def caps(self, count: int, budgets: Sequence[int] | None = None) -> list[int]:
+        """New-token limit per row: `max_new_tokens`, lowered by each row's remaining budget when given."""
+        if budgets is None:
+            return [self.max_new_tokens] * count
+        return [min(self.max_new_tokens, b) for b in budgets]
+
 
 class PolicyBackend(ABC):
     """A policy the rollout can sample from. `tokenizer` is a transformers tokenizer with a chat template."""

@@ -138,7 +138,7 @@ class HFPolicy(PolicyBackend):
         """One continuation per prompt. `budgets` optionally caps new tokens per row (below params.max_new_tokens)."""
         if not prompts:
             return []
-        caps = [min(params.max_new_tokens, b) for b in budgets] if budgets is not None else [params.max_new_tokens] * len(prompts)
+        caps = params.caps(len(prompts), budgets)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         chunk = self.max_batch or len(prompts)
         results: list[Generation | None] = [None] * len(prompts)

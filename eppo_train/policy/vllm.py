@@ -108,7 +108,7 @@ class VLLMPolicy(PolicyBackend):
     ) -> list[Generation]:
         if not prompts:
             return []
-        caps = [min(params.max_new_tokens, b) for b in budgets] if budgets is not None else [params.max_new_tokens] * len(prompts)
+        caps = params.caps(len(prompts), budgets)
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
         sampling = [self._sampling(params, cap, i) for i, cap in enumerate(caps)]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
