@@ -75,7 +75,6 @@ class RLWatcher:
         self.total, self.progress, self.poll_s = total, progress, poll_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._seen = 0
 
     def _records(self) -> list[dict]:
         if not self.path.exists():
@@ -89,18 +88,18 @@ class RLWatcher:
         return out
 
     def _watch(self) -> None:
+        # Steps already in the file before the trainer starts belong to an earlier run (a resume): read them now,
+        # not after the first poll, or a fast iteration finished within the poll would be taken for an old one.
+        # Steps, not line counts, say what is new: a resumed trainer first cuts the file back to its checkpoint.
+        records = self._records()
+        first = reported = int(records[-1]["step"]) if records else 0
         started = time.perf_counter()
-        first = None
         while True:
             stop = self._stop.wait(self.poll_s)
-            records = self._records()
-            if first is None:
-                first = int(records[-1]["step"]) - 1 if records else 0  # a resumed run starts past its old steps
-                self._seen = len(records) if records else 0
-                started = time.perf_counter()
-            for rec in records[self._seen:]:
-                self.progress.rl_iteration(rec, self.total, started, first)
-            self._seen = max(self._seen, len(records))
+            for rec in self._records():
+                if int(rec["step"]) > reported:
+                    self.progress.rl_iteration(rec, self.total, started, first)
+                    reported = int(rec["step"])
             if stop:
                 return
 
