@@ -114,5 +114,6 @@ def _make(family: Family, i: int) -> CodeProblem:
 
 @lru_cache(maxsize=1)
 def generated_problems() -> tuple[CodeProblem, ...]:
-    """All generated problems, family by family (12 families x 50 = 600)."""
-    return tuple(_make(family, i) for family in FAMILIES for i in range(PER_FAMILY))
+    """All generated problems (12 families x 50 = 600), interleaved: problem i of every family, then i+1, so that
+    consecutive seeds (an evaluation list) cover every family and level."""
+    return tuple(_make(family, i) for i in range(PER_FAMILY) for family in FAMILIES)

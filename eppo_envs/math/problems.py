@@ -133,7 +133,11 @@ SOURCES: dict[str, Callable[[str, int], Sequence[MathProblem]]] = {
 
 
 class ProblemSet(Sequence[MathProblem]):
-    """The problems of one split, filtered by source and level, in a fixed order (shard by shard)."""
+    """The problems of one split, filtered by source and level, in a fixed order.
+
+    Shards are interleaved round-robin (problem 0 of every shard, then problem 1, ...), so any run of consecutive
+    seeds — an evaluation list of seeds 0..N-1 — samples every source and level, not just the first shard.
+    """
 
     def __init__(self, split: str, sources: Sequence[str], levels: Sequence[int]) -> None:
         unknown = [s for s in sources if s not in SOURCES]
@@ -145,17 +149,14 @@ class ProblemSet(Sequence[MathProblem]):
         self.shards = [shard for s in sources for lv in levels if len(shard := SOURCES[s](split, lv))]
         if not self.shards:
             raise ValueError(f"no math problems for sources={list(sources)} levels={list(levels)}")
-        self.offsets = [0]
-        for shard in self.shards:
-            self.offsets.append(self.offsets[-1] + len(shard))
+        longest = max(len(shard) for shard in self.shards)
+        self.order = [(k, i) for i in range(longest) for k, shard in enumerate(self.shards) if i < len(shard)]
 
     def __len__(self) -> int:
-        return self.offsets[-1]
+        return len(self.order)
 
     def __getitem__(self, index):  # type: ignore[override]
         if not 0 <= index < len(self):
             raise IndexError(index)
-        for shard, start, end in zip(self.shards, self.offsets, self.offsets[1:], strict=False):
-            if index < end:
-                return shard[index - start]
-        raise IndexError(index)
+        shard, local = self.order[index]
+        return self.shards[shard][local]
