@@ -69,7 +69,8 @@ class OpenAIChat(ChatBackend):
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                # offline-ok: the user-given endpoint of `--policy openai:URL`, never a hub
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # offline-ok
                     data = json.loads(response.read().decode("utf-8"))
                 return str(data["choices"][0]["message"].get("content") or "")
             except urllib.error.HTTPError as exc:  # 4xx: our request is wrong; retrying will not help
