@@ -93,9 +93,10 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_expert(env_id: str, split: str, episodes: int, first_seed: int = 0) -> dict:
+def run_expert(env_id: str, split: str | None, episodes: int, first_seed: int = 0) -> dict:
     """Play the expert on seeds first_seed.. and return the figures the CLI and `make bench` print."""
     env = eppo_envs.make(env_id)
+    split = split or env.unwrapped.eval_split  # None: the env's own evaluation split
     policy = expert_policy(env)
     steps = 0
     results = []
@@ -120,8 +121,8 @@ def run_expert(env_id: str, split: str, episodes: int, first_seed: int = 0) -> d
 
 def cmd_expert(args: argparse.Namespace) -> int:
     env_id = resolve(args.env_id)
-    split = args.split or eppo_envs.make(env_id).unwrapped.eval_split
-    result = run_expert(env_id, split, args.episodes, args.seed)
+    result = run_expert(env_id, args.split, args.episodes, args.seed)
+    split = result["split"]
     if args.json:
         print(json.dumps({k: v for k, v in result.items() if k != "lost"}))
         return 0
@@ -140,8 +141,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right")
     rows = []
     for env_id in eppo_envs.tasks():
-        split = args.split or eppo_envs.make(env_id).unwrapped.eval_split
-        result = run_expert(env_id, split, args.episodes)
+        result = run_expert(env_id, args.split, args.episodes)
         rows.append(result)
         table.add_row(env_id, f"{result['success_rate']:.0%}", f"{result['mean_steps']:.1f}", f"{result['steps_per_s']:.1f}")
     console.print(table)
