@@ -21,7 +21,7 @@ test: install lint  ## the default suite (minutes): lint + unit, conformance and
 test-slow: install  ## the slow checks: real default model, full expert sweeps, the quick study
 	$(PYTEST) -q -m slow
 
-test-gpu: install  ## vLLM vs HF parity (needs a CUDA GPU and `pip install -e .[vllm]`)
+test-gpu: install  ## checks that need a CUDA GPU
 	$(PYTEST) -q -m gpu
 
 test-all: install lint  ## everything but the GPU checks

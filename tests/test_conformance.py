@@ -5,6 +5,7 @@ import os
 import pytest
 
 import eppo_envs
+import eppo_envs.example.bandit  # noqa: F401  (the learning test's bandit)
 import eppo_envs.example.guess_number  # noqa: F401  (registers the README's example task, like a user would)
 from eppo_envs.core import conformance
 

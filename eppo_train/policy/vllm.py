@@ -12,8 +12,13 @@ from the learner each iteration without restarting the engine.
   and skips a tied `lm_head`). Workers must share the driver's machine (one node); multi-node engines would want a
   NCCL weight-sync group instead. The prefix cache is cleared afterwards, since KV blocks
   computed with the old weights would otherwise be reused.
-- Seeds: request i of a batch gets seed `params.seed + i`, so the G members of a GRPO group (same prompt) differ
-  and the same batch with the same seed gives the same samples.
+- Seeds: request i of a batch gets seed `params.seed + i` (its own generator), so the G members of a GRPO group
+  differ and the same batch with the same seed gives the same samples whatever else the engine is running.
+  Chunked prefill is off: with it, vLLM rewinds a request's generator with `Generator.set_offset` whenever a
+  partially prefilled prompt's token is discarded, which CPU generators do not support (`RuntimeError: CPU
+  Generator does not use offset`, tests/test_vllm.py); unchunked, a prompt is always prefilled in one step.
+- CPU threads: `VLLM_CPU_OMP_THREADS_BIND` (default here: every core, `0-(n-1)`) decides which cores run the model;
+  the engine is idle (no spinning) between calls, so it does not hold the cores while the learner steps.
 """
 
 from __future__ import annotations
@@ -78,6 +83,10 @@ class VLLMPolicy(PolicyBackend):
             logprobs_mode="processed_logprobs",
             max_logprobs=1,
             enable_prefix_caching=True,
+            # Seeded requests on CPU need whole-prompt prefills (see the module docstring); a step may then hold
+            # several whole prompts.
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(max_model_len, 16384),
             worker_extension_cls=f"{__name__}.WeightSyncExtension",
         )
         kwargs.update(engine_kwargs)
@@ -90,7 +99,7 @@ class VLLMPolicy(PolicyBackend):
             n=1,
             temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p,
-            top_k=-1 if not greedy else -1,
+            top_k=0,  # no top-k cut (the default): top-p and temperature only, as HFPolicy samples
             max_tokens=max(1, cap),
             seed=None if params.seed is None else params.seed + index,
             stop=list(params.stop) or None,
