@@ -19,6 +19,7 @@ PROG = "eppo-train"
 
 # What an interrupted command prints after "interrupted at ...;": set by the command once it knows its run dir.
 _hint_fn: list[Callable[[], str]] = []
+_argv: list[str] = []  # the command line as given, for "start over with: ..."
 
 
 def _error(msg: str) -> int:
@@ -51,25 +52,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(str(run_dir / "config.yaml"), overrides)
     else:
         cfg = load_config(args.config, overrides)
-    _hint_train(cfg.run_dir, args)
+    _hint_train(cfg.run_dir, cfg.run.iterations)
     out = train(cfg, resume=bool(args.resume))
     print(f"run written to {out}")
     return 0
 
 
-def _hint_train(run_dir: Path, args: argparse.Namespace) -> None:
+def _hint_train(run_dir: Path, total: int) -> None:
     """Resume from the newest checkpoint; before the first one there is nothing to resume, so start over."""
     from eppo_train import interrupt
 
     def hint() -> str:
         metrics = run_dir / "metrics.jsonl"
         steps = metrics.read_text().count("\n") if metrics.exists() else 0
-        interrupt.set_where(0, f"{run_dir}, iteration {steps + 1}" if steps or (run_dir / "latest").exists()
+        interrupt.set_where(0, f"{run_dir}, iteration {steps + 1}/{total}" if steps or (run_dir / "latest").exists()
                             else f"{run_dir}, before the first iteration")
         if (run_dir / "latest").exists():
             return f"resume with: {PROG} --resume {shlex.quote(str(run_dir))}"
-        again = " ".join(shlex.quote(a) for a in sys.argv[1:]) or "--config ..."
-        return f"no checkpoint yet; start over with: {PROG} {again} --set run.overwrite=true"
+        return f"no checkpoint yet; start over with: {PROG} {shlex.join(_argv)} --set run.overwrite=true"
 
     _hint_fn[:] = [hint]
 
@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     from eppo_train.policy.models import ModelNotFoundError
     from eppo_train.trainer import RunError
 
+    _argv[:] = argv
+    _hint_fn.clear()
     again = f"run the same command again: {PROG} " + shlex.join(argv)  # sft, study: a rerun skips finished work
     with guard(PROG, lambda: _hint_fn[0]() if _hint_fn else again):
         try:

@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
     agent = make_policy(args.policy, args.backend,
                         PolicyOptions(args.model_name, args.device, args.dtype, args.batch_size, params))
     bar = _Bar(len(spec.tasks) * spec.episodes, not args.no_progress)
+    interrupt.set_where(0, f"episode 0/{len(spec.tasks) * spec.episodes}")
 
     def on_progress(p: EvalProgress) -> None:
         interrupt.set_where(0, f"episode {p.done}/{p.total}")

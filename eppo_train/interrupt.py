@@ -89,7 +89,8 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
         _quiet_cleanup()
         reap_children()
         sys.stdout.flush()
-        print(f"{prog}: interrupted at {where()}; {resume_hint()}", file=sys.stderr, flush=True)
+        hint = resume_hint()  # first: it may look at the run dir and refine `where`
+        print(f"{prog}: interrupted at {where()}; {hint}", file=sys.stderr, flush=True)
         # Exit now: interpreter shutdown would run atexit hooks (Ray's, tqdm's) that can print or hang.
         os._exit(EXIT_INTERRUPTED)
     finally:
