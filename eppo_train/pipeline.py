@@ -52,7 +52,8 @@ def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = N
 
     specs = eval_specs(cfg, slots)
     params = SamplingParams(specs[0][0].max_new_tokens, 0.0, 1.0, 0)
-    agent = make_policy(model, "hf", PolicyOptions(dtype=cfg.model.generator_dtype,
+    backend = getattr(cfg.model, "backend", "hf")  # model.backend, where the config has one
+    agent = make_policy(model, backend, PolicyOptions(dtype=cfg.model.generator_dtype,
                                                     batch_size=cfg.evaluation.batch_size, params=params))
     total = sum(len(spec.tasks) * spec.episodes for spec, _ in specs)
     tasks: dict[str, Any] = {}

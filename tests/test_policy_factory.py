@@ -32,6 +32,7 @@ def test_model_names_and_paths_load_on_hf(name):
     ("openai:", "hf", "needs a URL"),
     ("tiny", "tensorrt", "unknown backend 'tensorrt'"),
     ("hf:/no/such/dir", "hf", "not found"),
+    ("/tmp", "hf", "not a transformers model folder"),
 ])
 def test_bad_names_are_one_clear_error(name, backend, message):
     with pytest.raises(PolicyNameError, match=message) as err:

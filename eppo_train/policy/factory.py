@@ -21,7 +21,7 @@ from eppo_train.policy.agents import Agent, ChatAgent, ExpertAgent, PolicyAgent,
 from eppo_train.policy.base import SamplingParams
 
 BACKENDS = ("hf", "vllm")
-SHIPPED = ("default", "tiny", "smollm2")
+SHIPPED = ("default", "tiny", "smollm2")  # for the error message; models.resolve_model knows every alias
 
 
 class PolicyNameError(ValueError):
@@ -88,11 +88,17 @@ def make_policy(name: str, backend: str = "hf", options: PolicyOptions | None = 
         if found is None:
             print("no checkpoint under runs/: evaluating the default model", file=sys.stderr)
         path = str(found) if found else "default"
-    elif name in SHIPPED or Path(name).is_dir():
+    else:  # a shipped model name, a folder, or (with network) a hub id: whatever models.resolve_model takes
+        from eppo_train.policy.models import resolve_model
+
+        try:
+            resolve_model(name)
+        except ModelNotFoundError as exc:
+            if Path(name).exists():
+                raise PolicyNameError(str(exc)) from None
+            raise PolicyNameError(f"unknown policy {name!r}; use a model folder, hf:PATH, vllm:PATH, openai:URL, "
+                                  f"latest, expert, random or one of: {', '.join(SHIPPED)}") from None
         path = name
-    else:
-        raise PolicyNameError(f"unknown policy {name!r}; use a model folder, hf:PATH, vllm:PATH, openai:URL, "
-                              f"latest, expert, random or one of: {', '.join(SHIPPED)}")
     try:
         return _model_agent(path, backend, opts)
     except ModelNotFoundError as exc:
