@@ -83,7 +83,8 @@ class _Bar:
 
     def __call__(self, p: EvalProgress) -> None:
         self.bar.update(p.done - self.bar.n)
-        self.bar.set_postfix_str(f"{p.tokens / p.seconds if p.seconds > 0 else 0.0:.0f} tok/s", refresh=False)
+        if p.tokens and p.seconds > 0:  # text agents (expert, random, openai) make no tokens to count
+            self.bar.set_postfix_str(f"{p.tokens / p.seconds:.0f} new tok/s", refresh=False)
 
     def close(self) -> None:
         self.bar.close()
