@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 PROG = "eppo-train"
+
+# What an interrupted command prints after "interrupted at ...;": set by the command once it knows its run dir.
+_hint_fn: list[Callable[[], str]] = []
+_argv: list[str] = []  # the command line as given, for "start over with: ..."
 
 
 def _error(msg: str) -> int:
@@ -47,9 +52,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(str(run_dir / "config.yaml"), overrides)
     else:
         cfg = load_config(args.config, overrides)
+    _hint_train(cfg.run_dir, cfg.run.iterations)
     out = train(cfg, resume=bool(args.resume))
     print(f"run written to {out}")
     return 0
+
+
+def _hint_train(run_dir: Path, total: int) -> None:
+    """Resume from the newest checkpoint; before the first one there is nothing to resume, so start over."""
+    from eppo_train import interrupt
+
+    def hint() -> str:
+        metrics = run_dir / "metrics.jsonl"
+        steps = metrics.read_text().count("\n") if metrics.exists() else 0
+        interrupt.set_where(0, f"{run_dir}, iteration {steps + 1}/{total}" if steps or (run_dir / "latest").exists()
+                            else f"{run_dir}, before the first iteration")
+        if (run_dir / "latest").exists():
+            return f"resume with: {PROG} --resume {shlex.quote(str(run_dir))}"
+        return f"no checkpoint yet; start over with: {PROG} {shlex.join(_argv)} --set run.overwrite=true"
+
+    _hint_fn[:] = [hint]
 
 
 # ---------------------------------------------------------------- plot
@@ -106,17 +128,24 @@ def add_pipeline(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from eppo_train.pipeline import run_pipeline
+    from eppo_train.pipeline import default_run_dir, run_pipeline
 
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
             return _error(f"{run_dir} is not a pipeline run directory (no config.yaml)")
         cfg = _load(args, str(run_dir / "config.yaml"))
-        out = run_pipeline(cfg, run_dir, resume=True)
     else:
         cfg = _load(args)
-        out = run_pipeline(cfg, Path(args.run_dir) if args.run_dir else None)
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
+
+    def hint() -> str:
+        if (run_dir / "config.yaml").is_file():
+            return f'resume with: make train ARGS="--resume {run_dir}"'
+        return "nothing to resume yet; start again with: make train"
+
+    _hint_fn[:] = [hint]
+    out = run_pipeline(cfg, run_dir, resume=bool(args.resume))
     print((out / "summary.md").read_text())
     print(f"run written to {out}")
     return 0
@@ -179,13 +208,18 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
     from eppo_train.config import ConfigError
+    from eppo_train.interrupt import guard
     from eppo_train.policy.models import ModelNotFoundError
     from eppo_train.trainer import RunError
 
-    try:
-        return args.run(args)
-    except (ConfigError, RunError, ModelNotFoundError, FileNotFoundError) as exc:
-        return _error(str(exc))
+    _argv[:] = argv
+    _hint_fn.clear()
+    again = f"run the same command again: {PROG} " + shlex.join(argv)  # sft, study: a rerun skips finished work
+    with guard(PROG, lambda: _hint_fn[0]() if _hint_fn else again):
+        try:
+            return args.run(args)
+        except (ConfigError, RunError, ModelNotFoundError, FileNotFoundError) as exc:
+            return _error(str(exc))
 
 
 if __name__ == "__main__":

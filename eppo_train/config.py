@@ -70,7 +70,7 @@ class SftConfig:
 class EvalSection:
     """The pipeline's fixed evaluation set (eval.py): seeds 0..episodes-1 of each task's evaluation split."""
 
-    episodes: int = 10  # instances per task
+    episodes: int = 64  # instances per task (64: a success interval of about ±0.12 at 0.5)
     split: dict[str, str] = field(default_factory=dict)  # task label -> split (default: the env's eval_split)
     max_turns: int | None = None  # None: rollout.max_turns
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens

@@ -5,17 +5,17 @@
     runs/<timestamp>/evals/<stage>.json   eval.py reports on the fixed evaluation set (base, sft, rl)
     runs/<timestamp>/sft/             the SFT model (transformers folder) and sft.json (loss per step, demo counts)
     runs/<timestamp>/rl/              the trainer's run: metrics.jsonl, tb/, checkpoints/, plots/*.png
-    runs/<timestamp>/summary.md       per-task success (95% Wilson CI) before SFT, after SFT and after RL
+    runs/<timestamp>/summary.md       per-task success and mean reward before SFT, after SFT and after RL, with 95%
+                                      intervals and paired bootstrap intervals of SFT − base and RL − SFT
 
 Every stage reuses the project's one implementation of its job: demos and RL rollouts go through
-`rollout.run_rollout`, evaluation through `eval.evaluate` (seeds 0..N-1 of each task's evaluation split, greedy),
+`rollout.run_rollout`, evaluation through `evaluation.evaluate` (seeds 0..N-1 of each task's evaluation split, greedy),
 RL through `trainer.Trainer`. A stage's result is recorded only when it has finished, so a killed run resumes at
 the first unfinished stage (RL from its latest checkpoint).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -24,41 +24,57 @@ from pathlib import Path
 from typing import Any
 
 from eppo_train.config import Config, save_config
+from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
+from eppo_train.policy.base import SamplingParams
 from eppo_train.progress import Progress, RLWatcher
+from eppo_train.ticks import listen
 
 STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
 STAGE_TITLES = {"eval_base": "before SFT", "eval_sft": "after SFT", "eval_rl": "after RL"}
 
 
-# ---------------------------------------------------------------------------- evaluation through eval.py
-def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None) -> dict[str, Any]:
-    """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split, via eval.evaluate."""
-    from eppo_train.eval import PolicyOptions, _hf, evaluate
-    from eppo_train.policy.base import SamplingParams
-
+# ---------------------------------------------------------------------------- evaluation (evaluation.evaluate)
+def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:
+    """The fixed evaluation set as specs, one per split in use, each with the task slots it covers."""
     ev = cfg.evaluation
-    max_new = ev.max_new_tokens or cfg.rollout.max_new_tokens
-    params = SamplingParams(max_new, 0.0, 1.0, 0)
-    agent = _hf(model, PolicyOptions(None, None, cfg.model.generator_dtype, ev.batch_size, params))
     by_split: dict[str | None, list] = {}
     for s in slots:
         by_split.setdefault(ev.split.get(s.label), []).append(s)
+    return [(EvalSpec([s.env_id for s in group], ev.episodes, split, ev.max_turns or cfg.rollout.max_turns,
+                      ev.max_new_tokens or cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens,
+                      batch_size=ev.batch_size), group)
+            for split, group in by_split.items()]
+
+
+def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split."""
+    from eppo_train.policy.factory import PolicyOptions, make_policy
+
+    specs = eval_specs(cfg, slots)
+    params = SamplingParams(specs[0][0].max_new_tokens, 0.0, 1.0, 0)
+    backend = getattr(cfg.model, "backend", "hf")  # model.backend, where the config has one
+    agent = make_policy(model, backend, PolicyOptions(dtype=cfg.model.generator_dtype,
+                                                    batch_size=cfg.evaluation.batch_size, params=params))
+    total = sum(len(spec.tasks) * spec.episodes for spec, _ in specs)
     tasks: dict[str, Any] = {}
-    seconds = 0.0
+    seconds, before, tokens = 0.0, 0, 0
     try:
-        for split, group in by_split.items():
-            args = argparse.Namespace(
-                policy=model, split=split, episodes=ev.episodes, max_turns=ev.max_turns or cfg.rollout.max_turns,
-                max_new_tokens=max_new, max_total_tokens=cfg.rollout.max_total_tokens, temperature=0.0, top_p=1.0,
-                seed=0, no_progress=not cfg.rollout.progress, workers=0, ray_address=None, batch_size=ev.batch_size)
-            report, _ = evaluate(agent, [s.env_id for s in group], args)
-            seconds += report["timing"]["wall_seconds"]
+        for spec, group in specs:
+            def report_progress(p: EvalProgress, before: int = before, spent: float = seconds,
+                                made: int = tokens) -> None:
+                if progress is not None:  # totals over every spec of the stage, for a stage ETA
+                    progress.episodes("episodes", before + p.done, total, made + p.tokens, spent + p.seconds,
+                                      stage_eta=True)
+
+            report = evaluate(spec, agent, model, report_progress)
+            seconds += report.timing["wall_seconds"]
+            before += len(spec.tasks) * spec.episodes
+            tokens += report.tokens_generated
             for s in group:
-                tasks[s.label] = {**report["tasks"][s.env_id], "env_id": s.env_id,
-                                  "split": split or "eval_split"}
+                tasks[s.label] = {**report.tasks[s.env_id], "env_id": s.env_id, "split": spec.split or "eval_split"}
     finally:
         agent.policy.close()
-    return {"model": model, "episodes_per_task": ev.episodes, "tasks": tasks, "seconds": seconds}
+    return {"model": model, "episodes_per_task": cfg.evaluation.episodes, "tasks": tasks, "seconds": seconds}
 
 
 # ---------------------------------------------------------------------------- the stages
@@ -126,8 +142,9 @@ class Pipeline:
         if self.cfg.sft.steps == 0:
             return {"model": self.cfg.model.name, "steps": 0}
         out = self.run_dir / "sft"
-        info = run_sft(self.cfg, self.slots, out, on_step=lambda i, loss: self.progress.sft_step(
-            i, self.cfg.sft.steps, loss))
+        with listen(self.progress.ticks("expert demo episodes")):
+            info = run_sft(self.cfg, self.slots, out, on_step=lambda i, loss: self.progress.sft_step(
+                i, self.cfg.sft.steps, loss))
         return {**{k: v for k, v in info.items() if k != "losses"}, "model": str(out)}
 
     def _rl(self) -> dict[str, Any]:
@@ -140,7 +157,7 @@ class Pipeline:
         cfg = replace(self.cfg, run=replace(self.cfg.run, out_dir=str(self.run_dir), name="rl", overwrite=True),
                       model=replace(self.cfg.model, name=model), sft=replace(self.cfg.sft, steps=0))
         resume = (rl_dir / "latest").exists()
-        with RLWatcher(rl_dir, cfg.run.iterations, self.progress):
+        with RLWatcher(rl_dir, cfg.run.iterations, self.progress), listen(self.progress.ticks("rollout episodes", 2)):
             Trainer(cfg, resume=resume).run()
         latest = (rl_dir / "latest").read_text().strip()
         return {"model": str(rl_dir / "checkpoints" / latest / "model"), "iterations": cfg.run.iterations}

@@ -2,6 +2,9 @@
 
 Plain lines rather than a live panel, so the display reads the same in a terminal, under `nohup` and in CI logs.
 RL progress is read from the trainer's own `metrics.jsonl` by a watcher thread: the trainer stays unaware of it.
+Inside a stage, `episodes(...)` turns the agent loop's per-turn ticks (eppo_train.ticks) into a line at most every
+`every_s` seconds (episodes done/total, new tokens/s, ETA), so no stage is minutes of silence. Every event also
+records where the run is for the one-line interrupt message (eppo_train.interrupt).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eppo_train import interrupt
+from eppo_train.ticks import RolloutTick
+
 
 def _fmt_s(seconds: float) -> str:
     seconds = max(0, int(seconds))
@@ -21,12 +27,14 @@ def _fmt_s(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, stages: Sequence[str], tasks: Sequence[str], stream=None) -> None:
+    def __init__(self, stages: Sequence[str], tasks: Sequence[str], stream=None, every_s: float = 15.0) -> None:
         self.stages, self.tasks = list(stages), list(tasks)
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
         self.stage_t0 = self.t0
         self.stage = ""
+        self.every_s = every_s
+        self._last_line = 0.0
 
     def _line(self, text: str) -> None:
         print(f"[{_fmt_s(time.perf_counter() - self.t0):>7}] {text}", file=self.stream, flush=True)
@@ -36,7 +44,36 @@ class Progress:
 
     def start(self, stage: str) -> None:
         self.stage, self.stage_t0 = stage, time.perf_counter()
+        interrupt.set_where(0, self._pos(stage))
         self._line(f"{self._pos(stage)}: started")
+
+    def episodes(self, what: str, done: int, total: int, tokens: int, seconds: float, stage_eta: bool,
+                 level: int = 1) -> None:
+        """Episodes done of `total` in this stage (or this rollout); a line when `every_s` passed or at the end."""
+        interrupt.set_where(level, f"{what} {done}/{total}")
+        now = time.perf_counter()
+        if done < total and now - self._last_line < self.every_s:
+            return
+        self._last_line = now
+        rate = tokens / seconds if seconds > 0 else 0.0
+        eta = ""
+        if stage_eta and 0 < done < total:
+            eta = f" | stage ETA {_fmt_s(seconds / done * (total - done))}"
+        self._line(f"{self._pos(self.stage)}: {what} {done}/{total} | {rate:.0f} new tok/s{eta}")
+
+    def ticks(self, what: str, level: int = 1):
+        """A listener for eppo_train.ticks: one rollout call's episodes (SFT demos, an RL iteration's rollout)."""
+        started: list[float] = []
+
+        def on_tick(t: RolloutTick) -> None:
+            if not started:
+                started.append(time.perf_counter())
+            self.episodes(what, t.done, t.total, t.tokens, time.perf_counter() - started[0], stage_eta=False,
+                          level=level)
+            if t.final:
+                started.clear()
+
+        return on_tick
 
     def skip(self, stage: str) -> None:
         self._line(f"{self._pos(stage)}: already done (resumed run)")
@@ -50,6 +87,7 @@ class Progress:
 
     def sft_step(self, step: int, steps: int, loss: float) -> None:
         done = step + 1
+        interrupt.set_where(1, f"step {done}/{steps}")
         elapsed = time.perf_counter() - self.stage_t0
         eta = elapsed / done * (steps - done)
         if done == 1 or done == steps or done % max(steps // 10, 1) == 0:
@@ -57,6 +95,8 @@ class Progress:
 
     def rl_iteration(self, record: dict[str, Any], total: int, started: float, first_step: int) -> None:
         step = int(record["step"])
+        if step < total:
+            interrupt.set_where(1, f"iteration {step + 1}/{total}")
         per = (time.perf_counter() - started) / max(step - first_step, 1)
         tasks = record.get("tasks", {})
         succ = " ".join(f"{t} {v.get('success', 0.0):.2f}" for t, v in tasks.items())
@@ -93,6 +133,7 @@ class RLWatcher:
         # Steps, not line counts, say what is new: a resumed trainer first cuts the file back to its checkpoint.
         records = self._records()
         first = reported = int(records[-1]["step"]) if records else 0
+        interrupt.set_where(1, f"iteration {first + 1}/{self.total}")
         started = time.perf_counter()
         while True:
             stop = self._stop.wait(self.poll_s)

@@ -23,6 +23,7 @@ from eppo_train.policy.agents import Action, Agent, Turnstate, as_agent
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.chat import ChatFormat
 from eppo_train.records import Sample
+from eppo_train.ticks import RolloutTick, notify
 
 # Info keys not worth keeping per turn in transcripts (large, or already in the Episode record).
 _DROP_FROM_TURN = {"task", "instance_id", "split", "won", "action_valid", "admissible_actions", "instruction", "traceback"}
@@ -145,6 +146,7 @@ def run_rollout(
         lives.append(live)
 
     bar = _progress(len(lives), cfg.progress)
+    tokens = 0
     for turn in range(cfg.max_turns):
         states, acting = [], []
         for live in lives:
@@ -172,11 +174,14 @@ def run_rollout(
             if live.done:
                 bar.update(1)
         bar.set_postfix(turn=turn + 1, live=sum(not x.done for x in lives))
+        tokens += sum(len(a.token_ids or ()) for a in actions)
+        notify(RolloutTick(sum(x.done for x in lives), len(lives), tokens, gen_s, turn + 1))
     for live in lives:
         if not live.done:  # out of turns
             live.done = live.episode.truncated = True
             bar.update(1)
     bar.close()
+    notify(RolloutTick(len(lives), len(lives), tokens, gen_s, cfg.max_turns, final=True))
     wall = time.perf_counter() - started
     samples = [s for live in lives for s in _samples(live)] if fmt is not None else []
     episodes = [live.episode for live in lives]

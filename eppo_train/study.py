@@ -68,7 +68,7 @@ def run_study(cfg: Config, algos: list[str], seeds: list[int], out: Path) -> Pat
             with RLWatcher(run_dir, rc.run.iterations, progress):
                 Trainer(rc, resume=resume).run()
             latest = (run_dir / "latest").read_text().strip()
-            report = evaluate_model(rc, slots, str(run_dir / "checkpoints" / latest / "model"))
+            report = evaluate_model(rc, slots, str(run_dir / "checkpoints" / latest / "model"), progress)
             ev_path.write_text(json.dumps(report, indent=1))
             progress.finish(name, report["tasks"])
     records = {n: read_metrics(out / "runs" / n) for n in names}

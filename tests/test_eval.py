@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from eppo_train.eval import latest_checkpoint, main, mean_ci, wilson
+from eppo_train.eval import main
+from eppo_train.policy.factory import latest_checkpoint
 from eppo_train.policy.models import tiny_model_dir
 
 TASK = ["--tasks", "guess_number", "--import", "eppo_envs.example.guess_number", "--no-progress"]
@@ -19,16 +20,6 @@ def _run(tmp_path, name: str, *args: str) -> tuple[dict, list[dict]]:
     out, transcripts = tmp_path / f"{name}.json", tmp_path / f"{name}.jsonl"
     assert main([*TASK, *args, "--json", str(out), "--transcripts", str(transcripts)]) == 0
     return json.loads(out.read_text()), [json.loads(line) for line in transcripts.read_text().splitlines()]
-
-
-def test_wilson_and_mean_intervals():
-    lo, hi = wilson(0, 10)
-    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-3)
-    lo, hi = wilson(5, 10)
-    assert lo == pytest.approx(0.2366, abs=1e-3) and hi == pytest.approx(0.7634, abs=1e-3)
-    assert mean_ci([1.0, 1.0, 1.0]) == (1.0, 1.0, 1.0)
-    m, lo, hi = mean_ci([0.0, 1.0])
-    assert m == 0.5 and lo < 0 < 1 < hi
 
 
 def test_same_command_gives_the_same_numbers_on_fixed_instances(tmp_path):

@@ -89,8 +89,10 @@ def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
             "--set", "evaluation.max_turns=3", "--set", "run.plots=false"]
     assert main(args) == 0
     summary = (run / "summary.md").read_text()
-    assert "| before SFT | after SFT | after RL |" in summary
-    assert summary.count("| guess_") == 2 and "**mean**" in summary
+    assert "| before SFT | after SFT | after RL | SFT − base | RL − SFT |" in summary
+    assert summary.count("| guess_") == 4 and summary.count("**mean over tasks**") == 2  # success and reward tables
+    outcomes = json.loads((run / "evals" / "sft.json").read_text())["tasks"]["guess_small"]["outcomes"]
+    assert outcomes["seeds"] == [0, 1, 2, 3] and len(outcomes["won"]) == 4  # what the paired intervals pair
     state = json.loads((run / "pipeline.json").read_text())
     assert list(state["done"]) == ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
     assert (run / "rl" / "metrics.jsonl").read_text().count("\n") == 1
@@ -100,6 +102,9 @@ def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
         "guess_small"]["success"]
     err = capsys.readouterr().err
     assert "stage 2/5 sft: step" in err and "stage 4/5 rl: iteration 1/1" in err
+    # progress inside every stage: evaluation episodes, expert demos and the RL rollout report done/total, tok/s
+    assert "stage 1/5 eval_base: episodes 8/8 |" in err and "new tok/s" in err
+    assert "stage 2/5 sft: expert demo episodes 12/12" in err and "stage 4/5 rl: rollout episodes 12/12" in err
     # a finished run resumes to the same summary without redoing anything; a fresh run into it is refused
     assert main(["pipeline", "--resume", str(run)]) == 0
     assert "already done" in capsys.readouterr().err

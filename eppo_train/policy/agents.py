@@ -2,8 +2,8 @@
 
 An `Agent` answers a batch of live episodes in one call. Token agents (`PolicyAgent`) read each episode's prompt
 token ids and return sampled ids and log-probs (training and model evaluation); text agents (`ChatAgent`,
-`ExpertAgent`, `RandomAgent`) read messages or the env and return text only (evaluation). Choose one by name with
-`AGENTS`/`make_agent` where a string is all you have.
+`ExpertAgent`, `RandomAgent`) read messages or the env and return text only (evaluation). Build one from a name
+(`latest`, a path, `expert`, ...) with `eppo_train.policy.factory.make_policy`.
 """
 
 from __future__ import annotations

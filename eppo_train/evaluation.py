@@ -1,0 +1,185 @@
+"""Evaluation as a library: `evaluate(EvalSpec(...), agent) -> EvalReport`, used by `eppo-eval`, the pipeline and
+studies alike.
+
+Instances are seeds 0..episodes-1 of each task's evaluation split: the same for every policy, worker count and
+order, so two reports of one spec are paired instance by instance (`EvalReport.outcomes`), which is what the
+pipeline's paired stage-to-stage intervals rest on. Model policies decode greedily unless `temperature` > 0.
+Intervals come from `eppo_train.stats` (Wilson for rates, percentile bootstrap for means).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+import eppo_envs
+from eppo_train.policy.agents import Agent
+from eppo_train.stats import bootstrap_mean, wilson
+from eppo_train.ticks import RolloutTick, listen
+
+
+class UsageError(ValueError):
+    """A user mistake (unknown task, policy, model): printed as one line, exit code 2."""
+
+
+@dataclass
+class EvalSpec:
+    """What to evaluate on: tasks (env ids), instances and decoding. The policy is passed separately."""
+
+    tasks: list[str]
+    episodes: int = 64  # instances per task: seeds 0..episodes-1
+    split: str | None = None  # None: each task's own eval_split
+    max_turns: int | None = None  # None: the longest task time limit
+    max_new_tokens: int = 256
+    max_total_tokens: int = 4096
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0  # sampling seed when temperature > 0
+    batch_size: int = 64  # episodes played in lockstep per chunk
+    workers: int = 0  # Ray env workers (0: envs in this process)
+    ray_address: str | None = None
+    progress_bar: bool = False  # the rollout's own per-chunk tqdm bar
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or self.batch_size < 1:
+            raise UsageError("episodes and batch size must be at least 1")
+        if not self.tasks:
+            raise UsageError("no tasks to evaluate")
+
+
+@dataclass
+class TaskOutcomes:
+    """Per-instance results, in seed order: what paired comparisons between two reports need."""
+
+    seeds: list[int] = field(default_factory=list)
+    won: list[bool] = field(default_factory=list)
+    reward: list[float] = field(default_factory=list)
+
+
+@dataclass
+class EvalReport:
+    policy: str
+    split: str
+    episodes_per_task: int
+    temperature: float
+    tasks: dict[str, dict[str, Any]]  # env id -> summarise(...) plus "outcomes"
+    tokens_generated: int
+    timing: dict[str, float]  # the only fields that differ between two runs of the same spec
+    episodes: list = field(default_factory=list, repr=False)  # eppo_envs Episode records (not serialised)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("episodes")
+        return out
+
+
+def summarise(episodes: list) -> dict[str, Any]:
+    """Rates with Wilson intervals, means with bootstrap intervals, and the per-seed outcomes."""
+    episodes = sorted(episodes, key=lambda e: e.seed)
+    n = len(episodes)
+    wins = sum(e.won for e in episodes)
+    steps = sum(e.num_steps for e in episodes)
+    invalid = sum(e.invalid_actions for e in episodes)
+    reward = bootstrap_mean([e.total_reward for e in episodes])
+    turns = bootstrap_mean([float(e.num_steps) for e in episodes])
+    outcomes = TaskOutcomes([e.seed for e in episodes], [bool(e.won) for e in episodes],
+                            [float(e.total_reward) for e in episodes])
+    return {
+        "episodes": n,
+        "success": wins / n if n else 0.0,
+        "success_ci95": list(wilson(wins, n)),
+        "mean_reward": reward.estimate,
+        "mean_reward_ci95": reward.as_list(),
+        "mean_turns": turns.estimate,
+        "mean_turns_ci95": turns.as_list(),
+        "invalid_action_rate": invalid / steps if steps else 0.0,
+        "invalid_action_rate_ci95": list(wilson(invalid, steps)),
+        "truncated": sum(e.truncated for e in episodes) / n if n else 0.0,
+        "outcomes": asdict(outcomes),
+    }
+
+
+def resolve_tasks(spec: str) -> list[str]:
+    """'all' or a comma list of task names or ids -> registered env ids."""
+    registered = eppo_envs.tasks()
+    if spec == "all":
+        if not registered:
+            raise UsageError("no tasks are registered")
+        return registered
+    out = []
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        try:
+            out.append(eppo_envs.resolve(name))
+        except KeyError:
+            raise UsageError(f"unknown task {name!r}; known: {', '.join(registered) or 'none'}") from None
+    return out
+
+
+def eval_split(env_id: str) -> str:
+    entry = gym.spec(env_id).entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return getattr(cls, "eval_split", "test")
+
+
+def problems_for(env_ids: list[str], split: str | None, episodes: int) -> list:
+    from eppo_train.rollout import Problem
+
+    return [Problem(env_id, split or eval_split(env_id), seed) for env_id in env_ids for seed in range(episodes)]
+
+
+@dataclass(frozen=True)
+class EvalProgress:
+    done: int  # episodes finished, over every chunk
+    total: int
+    tokens: int
+    seconds: float  # wall time since the evaluation began
+
+
+def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
+             on_progress: Callable[[EvalProgress], None] | None = None) -> EvalReport:
+    """Play every instance of `spec` with `agent`; `on_progress` hears after every turn of every chunk."""
+    import time
+
+    from eppo_train.envpool import make_pool
+    from eppo_train.rollout import RolloutConfig, run_rollout
+
+    problems = problems_for(spec.tasks, spec.split, spec.episodes)
+    max_turns = spec.max_turns or max((gym.spec(e).max_episode_steps or 30) for e in spec.tasks)
+    cfg = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
+                        max_total_tokens=spec.max_total_tokens, temperature=spec.temperature, top_p=spec.top_p,
+                        seed=spec.seed, progress=spec.progress_bar)
+    episodes, stats = [], []
+    t0 = time.perf_counter()
+    done_before = tokens_before = 0
+
+    def tick(t: RolloutTick) -> None:
+        if on_progress is not None:
+            on_progress(EvalProgress(done_before + t.done, len(problems), tokens_before + t.tokens,
+                                     time.perf_counter() - t0))
+
+    with make_pool(spec.workers, spec.ray_address) as pool, listen(tick):
+        # Fixed-size chunks in a fixed order: the same instances meet the same batch for every run.
+        for start in range(0, len(problems), spec.batch_size):
+            result = run_rollout(agent, pool, problems[start : start + spec.batch_size], cfg)
+            episodes += result.episodes
+            stats.append(result.stats)
+            done_before += len(result.episodes)
+            tokens_before += int(result.stats["tokens_generated"])
+    by_task: dict[str, list] = {}
+    for episode in episodes:
+        by_task.setdefault(episode.env_id, []).append(episode)
+    return EvalReport(
+        policy=policy_name or getattr(agent, "name", "agent"),
+        split=spec.split or "eval_split",
+        episodes_per_task=spec.episodes,
+        temperature=spec.temperature,
+        tasks={env_id: summarise(by_task.get(env_id, [])) for env_id in spec.tasks},
+        tokens_generated=sum(int(s["tokens_generated"]) for s in stats),
+        timing={"generation_seconds": sum(s["generation_seconds"] for s in stats),
+                "env_seconds": sum(s["env_seconds"] for s in stats),
+                "wall_seconds": sum(s["wall_seconds"] for s in stats)},
+        episodes=episodes,
+    )

@@ -1,0 +1,97 @@
+"""Ctrl-C and SIGTERM for the command-line tools: one line, exit 130, a resumable run, no processes left behind.
+
+`guard(resume_hint)` wraps a command's work: SIGTERM is turned into the KeyboardInterrupt that Ctrl-C raises (so
+both unwind through the same `finally` blocks that close env pools, Ray and engines), a second signal during that
+cleanup is ignored, and whatever child processes survive the unwinding (a Ray raylet, a vLLM engine core, a
+Chromium, a sandbox) are terminated, then killed. `where` says what was running for the one line, e.g.
+`interrupted at stage 4/5 rl, iteration 3/6; resume with: make train ARGS="--resume runs/x"`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+EXIT_INTERRUPTED = 130
+
+_where: dict[int, str] = {}  # nesting level -> what runs there: {0: "stage 4/5 rl", 1: "iteration 3/6"}
+
+
+def set_where(level: int, text: str) -> None:
+    """Record what is running at nesting `level` (0: stage, 1: step inside it, 2: ...); deeper levels are dropped
+    (called from the main thread and from the RL progress watcher: each call is a few GIL-atomic dict operations)."""
+    for deeper in [k for k in _where.copy() if k > level]:
+        _where.pop(deeper, None)
+    _where[level] = text
+
+
+def where() -> str:
+    snapshot = _where.copy()  # one C call: safe against the watcher thread
+    return ", ".join(snapshot[k] for k in sorted(snapshot)) or "start-up"
+
+
+def _raise_interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def children_of(pid: int | None = None) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid or os.getpid()).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def reap_children(timeout: float = 5.0) -> None:
+    """Terminate every descendant still alive (after the normal cleanup had its chance), then kill stragglers."""
+    import psutil
+
+    procs = children_of()
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=timeout)
+
+
+def _quiet_cleanup() -> None:
+    """Shut Ray down if this process started it (its workers would otherwise outlive us), without its logs."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        try:
+            ray.shutdown()
+        except Exception:  # noqa: BLE001  (best effort: the reaper below ends what is left)
+            pass
+
+
+@contextmanager
+def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
+    """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130."""
+    _where.clear()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        # Ignore further signals while cleaning up: a second Ctrl-C must not leave half-closed workers behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _quiet_cleanup()
+        reap_children()
+        sys.stdout.flush()
+        hint = resume_hint()  # first: it may look at the run dir and refine `where`
+        print(f"{prog}: interrupted at {where()}; {hint}", file=sys.stderr, flush=True)
+        # Exit now: interpreter shutdown would run atexit hooks (Ray's, tqdm's) that can print or hang.
+        os._exit(EXIT_INTERRUPTED)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,105 @@
+"""Build an `Agent` from a name, the way a user types it: `make_policy("latest")`, `make_policy("runs/x/sft")`.
+
+    default | tiny | smollm2       a shipped model (models.resolve_model)
+    latest                         the newest checkpoint under runs/ (the default model when there is none)
+    PATH | hf:PATH | vllm:PATH     a transformers folder; `vllm:` forces the vLLM backend for it
+    openai:URL                     an OpenAI-compatible endpoint (text only: evaluation, not training)
+    expert | random[:SEED]         each task's oracle, or random admissible/tool-shaped actions
+
+Model names run on `backend` ("hf": transformers, "vllm": the vLLM engine). The factory is the one place a name
+becomes a policy, so the CLI, the pipeline and studies accept the same names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eppo_train.policy.agents import Agent, ChatAgent, ExpertAgent, PolicyAgent, RandomAgent
+from eppo_train.policy.base import SamplingParams
+
+BACKENDS = ("hf", "vllm")
+SHIPPED = ("default", "tiny", "smollm2")  # for the error message; models.resolve_model knows every alias
+
+
+class PolicyNameError(ValueError):
+    """A policy name or backend the factory cannot build: one line for the user."""
+
+
+@dataclass
+class PolicyOptions:
+    model_name: str | None = None  # the model name sent to an openai endpoint
+    device: str | None = None
+    dtype: str = "float32"
+    batch_size: int = 64  # most sequences per generate call (HF splits larger batches)
+    params: SamplingParams = field(default_factory=lambda: SamplingParams(256, 0.0, 1.0, 0))
+
+
+def latest_checkpoint(root: Path = Path("runs")) -> Path | None:
+    """The newest folder under `root` holding a transformers model (config.json + weights)."""
+    if not root.exists():
+        return None
+    found = [p.parent for p in root.glob("**/config.json") if any(p.parent.glob("*.safetensors"))]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _model_agent(path: str, backend: str, opts: PolicyOptions) -> Agent:
+    if backend == "hf":
+        from eppo_train.policy.hf import HFPolicy
+
+        policy = HFPolicy(path, device=opts.device, dtype=opts.dtype, max_batch=opts.batch_size)
+        return PolicyAgent(policy, opts.params)
+    try:
+        module = importlib.import_module("eppo_train.policy.vllm")
+        policy = module.VLLMPolicy(path, dtype=opts.dtype)
+    except ImportError as exc:
+        raise PolicyNameError(f"the vllm backend is unavailable ({exc}); choose backend hf") from None
+    return PolicyAgent(policy, opts.params)
+
+
+def make_policy(name: str, backend: str = "hf", options: PolicyOptions | None = None) -> Agent:
+    """The agent for `name` (see the module docstring); model names load on `backend`."""
+    from eppo_train.policy.models import ModelNotFoundError
+
+    opts = options or PolicyOptions()
+    if backend not in BACKENDS:
+        raise PolicyNameError(f"unknown backend {backend!r}; use one of: {', '.join(BACKENDS)}")
+    kind, _, arg = name.partition(":")
+    if kind == "expert":
+        return ExpertAgent()
+    if kind == "random":
+        if arg and not arg.isdigit():
+            raise PolicyNameError(f"random policy seed must be a number, got {arg!r}")
+        return RandomAgent(seed=int(arg) if arg else 0)
+    if kind == "openai":
+        from eppo_train.policy.openai import OpenAIChat
+
+        if not arg:
+            raise PolicyNameError("openai policy needs a URL: openai:http://host:port/v1")
+        return ChatAgent(OpenAIChat(arg, model=opts.model_name), opts.params)
+    if kind in ("hf", "vllm"):
+        if not arg:
+            raise PolicyNameError(f"{kind} policy needs a path: {kind}:PATH")
+        path, backend = arg, kind
+    elif kind == "latest":
+        found = latest_checkpoint()
+        if found is None:
+            print("no checkpoint under runs/: evaluating the default model", file=sys.stderr)
+        path = str(found) if found else "default"
+    else:  # a shipped model name, a folder, or (with network) a hub id: whatever models.resolve_model takes
+        from eppo_train.policy.models import resolve_model
+
+        try:
+            resolve_model(name)
+        except ModelNotFoundError as exc:
+            if Path(name).exists():
+                raise PolicyNameError(str(exc)) from None
+            raise PolicyNameError(f"unknown policy {name!r}; use a model folder, hf:PATH, vllm:PATH, openai:URL, "
+                                  f"latest, expert, random or one of: {', '.join(SHIPPED)}") from None
+        path = name
+    try:
+        return _model_agent(path, backend, opts)
+    except ModelNotFoundError as exc:
+        raise PolicyNameError(str(exc)) from None

@@ -1,0 +1,146 @@
+"""Ctrl-C / SIGTERM on the real command-line tools, in real subprocesses: one line, exit 130, the printed resume
+command continues the run, and no child process (Ray, env hosts) outlives the command.
+
+Each command starts in its own session (start_new_session), so "Ctrl-C in the terminal" is a SIGINT to that
+process group, and a survivor is any process still in that session or any descendant seen before the signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Command:
+    """A CLI in its own session, its stderr collected as it comes."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.err = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for chunk in iter(lambda: self.proc.stderr.read(1), ""):
+            self.err += chunk
+
+    def wait_for(self, ready, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert self.proc.poll() is None, f"exited early ({self.proc.returncode}): {self.err[-2000:]}"
+            assert time.monotonic() < deadline, f"not ready in {timeout}s: {self.err[-2000:]}"
+            time.sleep(0.2)
+
+    def interrupt(self, sig: int, group: bool) -> tuple[int, str, list[psutil.Process]]:
+        """Send `sig` (to the whole process group when `group`), wait; (exit code, last stderr line, survivors)."""
+        seen = psutil.Process(self.proc.pid).children(recursive=True)
+        if group:
+            os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=120)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self._reader.join(timeout=10)
+        time.sleep(0.5)
+        sid = self.proc.pid
+        survivors = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE and p not in survivors:
+                    survivors.append(p)
+            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+                continue
+        for p in survivors:  # do not leave them to the next test
+            p.kill()
+        lines = [line for line in self.err.replace("\r", "\n").splitlines() if line.strip()]
+        return self.proc.returncode, lines[-1] if lines else "", survivors
+
+
+def _finish(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_ctrl_c_during_eppo_train_with_ray_then_resume(tmp_path: Path):
+    run = tmp_path / "runs" / "tiny"
+    cmd = Command(["eppo_train.cli", "--config", "tiny", "--set", f"run.out_dir={tmp_path / 'runs'}",
+                   "--set", "sft.steps=0", "--set", "run.iterations=3", "--set", "run.plots=false",
+                   "--set", "ray.enabled=true"], tmp_path)
+    cmd.wait_for(lambda: (run / "latest").exists(), timeout=300)  # one iteration done and saved
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
+    assert rc == 130, cmd.err[-3000:]
+    assert re.fullmatch(rf"eppo-train: interrupted at {re.escape(str(run))}, iteration \d/3; "
+                        rf"resume with: eppo-train --resume {re.escape(str(run))}", line), line
+    assert "Traceback" not in cmd.err and "KeyboardInterrupt" not in cmd.err
+    assert not survivors, [p.name() for p in survivors]  # raylet, gcs_server, the Ray actors: all gone
+    done = int((run / "latest").read_text().strip().split("_")[1])
+    assert done in (1, 2)
+    resumed = _finish(["eppo_train.cli", "--resume", str(run)], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3] and (run / "latest").read_text().strip() == "step_000003"
+
+
+@pytest.mark.slow  # ~1-1.5 min: two pipeline runs
+def test_sigterm_during_the_pipeline_then_resume(tmp_path: Path):
+    run = tmp_path / "run"
+    cmd = Command(["eppo_train.cli", "pipeline", "--config", "tiny", "--run-dir", str(run),
+                   "--set", "sft.steps=5", "--set", "run.iterations=2", "--set", "ray.enabled=false",
+                   "--set", "evaluation.episodes=3", "--set", "evaluation.max_turns=2", "--set", "run.plots=false"],
+                  tmp_path)
+    state = run / "pipeline.json"
+    cmd.wait_for(lambda: state.exists() and "eval_sft" in json.loads(state.read_text())["done"], timeout=300)
+    before = json.loads(state.read_text())["done"]
+    rc, line, survivors = cmd.interrupt(signal.SIGTERM, group=False)
+    assert rc == 130, cmd.err[-3000:]
+    assert re.fullmatch(rf'eppo-train: interrupted at stage [45]/5 (rl|eval_rl)(, .*)?; '
+                        rf'resume with: make train ARGS="--resume {re.escape(str(run))}"', line), line
+    assert "Traceback" not in cmd.err and not survivors
+    resumed = _finish(["eppo_train.cli", "pipeline", "--resume", str(run)], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = json.loads(state.read_text())["done"]
+    assert list(after) == ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
+    assert all(after[k] == before[k] for k in before)  # finished stages were kept, not redone
+    assert "already done" in resumed.stderr and (run / "summary.md").exists()
+
+
+def test_ctrl_c_during_eppo_eval(tmp_path: Path):
+    args = ["eppo_train.eval", "--policy", "tiny", "--tasks", "guess_number", "--import",
+            "eppo_envs.example.guess_number", "--episodes", "2000", "--max-new-tokens", "8", "--batch-size", "16"]
+    cmd = Command(args, tmp_path)
+    cmd.wait_for(lambda: "eval:" in cmd.err and "/4000" not in cmd.err and re.search(r"\d+/2000", cmd.err),
+                 timeout=120)
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
+    assert rc == 130
+    assert re.fullmatch(r"eppo-eval: interrupted at episode \d+/2000; rerun with: eppo-eval --policy tiny .*", line)
+    assert "Traceback" not in cmd.err and not survivors
+
+
+def test_sigterm_before_the_first_checkpoint_says_start_over(tmp_path: Path):
+    run = tmp_path / "runs" / "tiny"
+    cmd = Command(["eppo_train.cli", "--config", "tiny", "--set", f"run.out_dir={tmp_path / 'runs'}",
+                   "--set", "sft.steps=0", "--set", "run.iterations=3", "--set", "ray.enabled=false"], tmp_path)
+    cmd.wait_for(lambda: (run / "config.yaml").exists(), timeout=120)
+    rc, line, survivors = cmd.interrupt(signal.SIGTERM, group=True)
+    assert rc == 130 and not survivors and "Traceback" not in cmd.err
+    assert "no checkpoint yet; start over with: eppo-train train --config tiny" in line
+    assert line.endswith("--set run.overwrite=true")

@@ -1,0 +1,40 @@
+"""policy.factory.make_policy: every name a user can type, and one clear error for the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from eppo_train.policy.agents import ChatAgent, ExpertAgent, PolicyAgent, RandomAgent
+from eppo_train.policy.factory import PolicyNameError, PolicyOptions, make_policy
+from eppo_train.policy.models import tiny_model_dir
+
+
+def test_text_agents_by_name():
+    assert isinstance(make_policy("expert"), ExpertAgent)
+    rnd = make_policy("random:7")
+    assert isinstance(rnd, RandomAgent) and rnd.seed == 7
+    chat = make_policy("openai:http://127.0.0.1:9/v1", options=PolicyOptions(model_name="m"))
+    assert isinstance(chat, ChatAgent)
+
+
+@pytest.mark.parametrize("name", ["tiny", "hf:TINY", "TINY"])
+def test_model_names_and_paths_load_on_hf(name):
+    name = name.replace("TINY", str(tiny_model_dir()))
+    agent = make_policy(name, "hf", PolicyOptions(batch_size=4))
+    assert isinstance(agent, PolicyAgent) and agent.tokenizer is not None
+    assert agent.policy.max_batch == 4
+
+
+@pytest.mark.parametrize("name, backend, message", [
+    ("bogus", "hf", "unknown policy 'bogus'"),
+    ("hf:", "hf", "needs a path"),
+    ("random:x", "hf", "seed must be a number"),
+    ("openai:", "hf", "needs a URL"),
+    ("tiny", "tensorrt", "unknown backend 'tensorrt'"),
+    ("hf:/no/such/dir", "hf", "not found"),
+    ("/tmp", "hf", "not a transformers model folder"),
+])
+def test_bad_names_are_one_clear_error(name, backend, message):
+    with pytest.raises(PolicyNameError, match=message) as err:
+        make_policy(name, backend)
+    assert "\n" not in str(err.value)
