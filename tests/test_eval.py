@@ -23,7 +23,7 @@ def _run(tmp_path, name: str, *args: str) -> tuple[dict, list[dict]]:
 
 
 def test_same_command_gives_the_same_numbers_on_fixed_instances(tmp_path):
-    args = ("--policy", "tiny", "--episodes", "3", "--max-new-tokens", "6", "--max-turns", "3", "--batch-size", "2")
+    args = ("--policy", "tiny", "--backend", "hf", "--episodes", "3", "--max-new-tokens", "6", "--max-turns", "3", "--batch-size", "2")
     a, ta = _run(tmp_path, "a", *args)
     b, tb = _run(tmp_path, "b", *args)
     a.pop("timing"), b.pop("timing")

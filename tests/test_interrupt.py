@@ -124,14 +124,14 @@ def test_sigterm_during_the_pipeline_then_resume(tmp_path: Path):
 
 
 def test_ctrl_c_during_eppo_eval(tmp_path: Path):
-    args = ["eppo_train.eval", "--policy", "tiny", "--tasks", "guess_number", "--import",
+    args = ["eppo_train.eval", "--policy", "tiny", "--backend", "hf", "--tasks", "guess_number", "--import",
             "eppo_envs.example.guess_number", "--episodes", "2000", "--max-new-tokens", "8", "--batch-size", "16"]
     cmd = Command(args, tmp_path)
     cmd.wait_for(lambda: "eval:" in cmd.err and "/4000" not in cmd.err and re.search(r"\d+/2000", cmd.err),
                  timeout=120)
     rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
     assert rc == 130
-    assert re.fullmatch(r"eppo-eval: interrupted at episode \d+/2000; rerun with: eppo-eval --policy tiny .*", line)
+    assert re.fullmatch(r"eppo-eval: interrupted at episode \d+/2000; rerun with: eppo-eval --policy tiny --backend hf .*", line)
     assert "Traceback" not in cmd.err and not survivors
 
 

@@ -12,7 +12,6 @@ becomes a policy, so the CLI, the pipeline and studies accept the same names.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ class PolicyOptions:
     device: str | None = None
     dtype: str = "float32"
     batch_size: int = 64  # most sequences per generate call (HF splits larger batches)
+    max_model_len: int = 4096  # vLLM: prompt + completion tokens per sequence
     params: SamplingParams = field(default_factory=lambda: SamplingParams(256, 0.0, 1.0, 0))
 
 
@@ -51,11 +51,12 @@ def _model_agent(path: str, backend: str, opts: PolicyOptions) -> Agent:
 
         policy = HFPolicy(path, device=opts.device, dtype=opts.dtype, max_batch=opts.batch_size)
         return PolicyAgent(policy, opts.params)
+    from eppo_train.policy.engine import EngineError, EngineSpec, make_engine
+
     try:
-        module = importlib.import_module("eppo_train.policy.vllm")
-        policy = module.VLLMPolicy(path, dtype=opts.dtype)
-    except ImportError as exc:
-        raise PolicyNameError(f"the vllm backend is unavailable ({exc}); choose backend hf") from None
+        policy = make_engine(EngineSpec(path, "vllm", opts.dtype, opts.max_model_len))
+    except EngineError as exc:
+        raise PolicyNameError(str(exc)) from None
     return PolicyAgent(policy, opts.params)
 
 
