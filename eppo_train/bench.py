@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 # Importing the section modules registers them, in this order (cheap ones first).
-from eppo_train.benchmarks import envs, model, tools, trl_ref  # noqa: F401
+from eppo_train.benchmarks import envs, model, rollout_engines, tools, trl_ref  # noqa: F401
 from eppo_train.benchmarks.common import SECTIONS, BenchContext, Figure, failed
 
 console = Console(width=None if sys.stdout.isatty() else 220)

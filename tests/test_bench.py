@@ -67,3 +67,13 @@ def test_unknown_section_is_a_clear_error(tmp_path, capsys):
 def test_every_section_is_listed(name, capsys):
     assert bench.main(["--list"]) == 0
     assert name in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_rollout_section_runs_both_engines_on_the_default_model(tmp_path):
+    """The make-train rollout workload through vLLM and HF in one run (quick: two tasks, short turns)."""
+    data = _run(tmp_path, "--only", "rollout")
+    names = {f["name"]: f for f in data["figures"] if f["section"] == "rollout"}
+    for name in ("vllm: new tokens/s", "hf: new tokens/s", "vllm / hf new tokens/s (same run)",
+                 "hf: share of the bf16 matmul rate"):
+        assert name in names and names[name]["error"] is None and names[name]["value"] > 0, (name, names.get(name))

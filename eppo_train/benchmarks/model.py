@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eppo_train.benchmarks.common import BenchContext, Figure, Unavailable, failed, figure, section
+from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, section
 
 
 @dataclass(frozen=True)
@@ -99,58 +99,3 @@ def bench_learner(ctx: BenchContext) -> list[Figure]:
         except Exception as exc:
             rows.append(failed("learner", f"{model}: {label}", "tokens/s", how, exc))
     return rows
-
-
-def rollout_problems(ctx: BenchContext) -> list:
-    """One problem per task (the first registered env of each), seeds 0..; the example task only if alone."""
-    from eppo_envs.core.registry import task_spec
-    from eppo_train.benchmarks.envs import registered_envs
-    from eppo_train.rollout import Problem
-
-    env_ids = [e for e in registered_envs()[0] if ctx.wants_env(e)]
-    seen: dict[str, str] = {}
-    for env_id in env_ids:
-        seen.setdefault(task_spec(env_id).task, env_id)
-    chosen = [e for e in seen.values() if not e.startswith("example/")] or list(seen.values())
-    if not chosen:
-        raise Unavailable("no env is registered")
-    import eppo_envs
-
-    problems = []
-    for env_id in chosen[: ctx.size(5, 2)]:
-        env = eppo_envs.make(env_id)
-        problems.append(Problem(env_id, env.unwrapped.eval_split, 0))
-        env.close()
-    return problems
-
-
-@section("rollout", "HF rollout generation tokens/s and env share", "2-4 min")
-def bench_rollout(ctx: BenchContext) -> list[Figure]:
-    model = ctx.model
-    from eppo_train.envpool import LocalEnvPool
-    from eppo_train.policy.hf import HFPolicy
-    from eppo_train.rollout import RolloutConfig, run_rollout
-
-    problems = rollout_problems(ctx)
-    cfg = RolloutConfig(group_size=2, max_turns=ctx.size(3, 2), max_new_tokens=ctx.size(48, 8), temperature=1.0,
-                        seed=0, progress=False)
-    policy = HFPolicy(model, dtype="bfloat16")
-    how = (f"run_rollout, HFPolicy({model!r}, bf16), LocalEnvPool, {len(problems)} problems x G={cfg.group_size} "
-           f"({', '.join(p.env_id for p in problems)}), {cfg.max_turns} turns, {cfg.max_new_tokens} new tokens/turn")
-    stats = []
-    with LocalEnvPool() as pool:
-        run_rollout(policy, pool, problems[:1], RolloutConfig(group_size=1, max_turns=1, max_new_tokens=4,
-                                                              progress=False))  # warm-up: env builds, first call
-        for rep in range(ctx.reps()):
-            cfg.seed = rep
-            stats.append(run_rollout(policy, pool, problems, cfg).stats)
-    policy.close()
-    last = stats[-1]
-    return [
-        figure("rollout", f"{model}: generation tokens/s", [s["tokens_per_second"] for s in stats], "tokens/s", how,
-               tokens=last["tokens_generated"], turns=last["turns"], wall_s=round(last["wall_seconds"], 2)),
-        figure("rollout", f"{model}: rollout tokens/s (wall)",
-               [s["tokens_generated"] / s["wall_seconds"] for s in stats], "tokens/s", how),
-        figure("rollout", "env share of rollout wall time", [s["env_share"] for s in stats], "share", how,
-               env_s=round(last["env_seconds"], 2)),
-    ]

@@ -1,0 +1,97 @@
+"""The make-train rollout workload through the vLLM engine and through the plain HF path, in one run.
+
+Workload: iteration 0 of the `pipeline` config (`make train`'s RL stage): its five tasks with their levels and turn
+limits, its problems per task, G=4, its token budgets, temperature 1, one `run_rollout` call per repetition with
+every live episode of the iteration in each engine call. Repetitions alternate the engines (vLLM, HF, vLLM, HF, ...)
+so both see the same machine load; the ratio is the median of the per-repetition ratios.
+
+"Fraction of bf16 matmul rate": generation FLOPs (2 x parameters x tokens the model processed for the new
+tokens, prompts excluded: a lower bound) per second, over the rate of a large bf16 matmul measured in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+
+from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, section
+
+
+def matmul_flops(n: int = 1024, reps: int = 5) -> float:
+    """FLOP/s of an n x n x n bf16 matmul on this machine (median of `reps`, after one warm-up)."""
+    import torch
+
+    a = torch.randn(n, n, dtype=torch.bfloat16)
+    b = torch.randn(n, n, dtype=torch.bfloat16)
+    a @ b
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times)
+
+
+def make_train_workload(model: str, quick: bool):
+    """(rollout config, problems, slots) of the pipeline's first RL iteration."""
+    from eppo_train.config import load_config
+    from eppo_train.trainer import prepare_tasks, problems_for, rollout_config
+
+    overrides = [f"model.name={model}"]
+    if quick:
+        overrides += ["rollout.max_turns=2", "rollout.max_new_tokens=16"]
+    cfg = load_config("pipeline", overrides)
+    slots = prepare_tasks(cfg)
+    if quick:
+        slots = slots[:2]
+    rc = replace(rollout_config(cfg, slots, 0), progress=False)
+    return cfg, rc, problems_for(cfg, slots, 0)
+
+
+@section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the bf16 matmul rate", "8-15 min")
+def bench_rollout(ctx: BenchContext) -> list[Figure]:
+    from eppo_train.envpool import LocalEnvPool
+    from eppo_train.policy.engine import EngineSpec, make_engine
+    from eppo_train.rollout import run_rollout
+
+    cfg, rc, problems = make_train_workload(ctx.model, ctx.quick)
+    tasks = sorted({p.env_id for p in problems})
+    how = (f"run_rollout on the pipeline config's iteration 0 ({len(problems)} problems x G={rc.group_size} over "
+           f"{', '.join(tasks)}; {rc.max_turns} turns, {rc.max_new_tokens} new tokens/turn), model {ctx.model} bf16; "
+           "engines alternate per repetition")
+    engines, rows = {}, []
+    for backend in ("vllm", "hf"):
+        try:
+            engines[backend] = make_engine(EngineSpec(cfg.model.name, backend, "bfloat16",
+                                                      max(rc.max_total_tokens, 256)))
+        except Exception as exc:  # noqa: BLE001  (one engine missing must not hide the other's figure)
+            rows.append(failed("rollout", f"{backend}: new tokens/s", "tokens/s", how, exc))
+    stats: dict[str, list[dict]] = {b: [] for b in engines}
+    with LocalEnvPool() as pool:
+        for policy in engines.values():  # warm-up: env builds, first engine call
+            run_rollout(policy, pool, problems[:1], replace(rc, group_size=1, max_turns=1, max_new_tokens=4))
+        for rep in range(ctx.reps()):
+            for backend, policy in engines.items():
+                stats[backend].append(run_rollout(policy, pool, problems, replace(rc, seed=rep)).stats)
+    params = 0
+    if "hf" in engines:
+        params = sum(p.numel() for p in engines["hf"].model.parameters())
+    for policy in engines.values():
+        policy.close()
+    peak = matmul_flops()
+    for backend, runs in stats.items():
+        rates = [s["tokens_generated"] / s["generation_seconds"] for s in runs]
+        last = runs[-1]
+        rows.append(figure("rollout", f"{backend}: new tokens/s", rates, "tokens/s", how,
+                           tokens=last["tokens_generated"], turns=last["turns"], episodes=last["episodes"],
+                           wall_s=round(last["wall_seconds"], 1), env_share=round(last["env_share"], 3)))
+        if params:
+            rows.append(figure("rollout", f"{backend}: share of the bf16 matmul rate",
+                               [2 * params * r / peak for r in rates], "share", how,
+                               matmul_gflops=round(peak / 1e9, 1), parameters=params))
+    if len(stats) == 2:
+        ratios = [v["tokens_generated"] / v["generation_seconds"] / (h["tokens_generated"] / h["generation_seconds"])
+                  for v, h in zip(stats["vllm"], stats["hf"], strict=True)]
+        rows.append(figure("rollout", "vllm / hf new tokens/s (same run)", ratios, "x", how))
+    return rows
