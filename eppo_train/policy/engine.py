@@ -52,6 +52,8 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
         from eppo_train.policy.vllm import VLLMPolicy
     except ImportError as exc:
         raise EngineError(f"vLLM is not installed ({exc}); run make install, or {hint}") from None
+    # vLLM logs every weight it casts and every compile step at INFO: that would bury the run's own progress lines.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     kwargs: dict = {}
     if torch.cuda.is_available():
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
