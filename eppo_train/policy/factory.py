@@ -33,8 +33,8 @@ class PolicyOptions:
     device: str | None = None
     dtype: str = "float32"
     batch_size: int = 64  # most sequences per generate call (HF splits larger batches)
-    max_model_len: int = 4096  # vLLM: prompt + completion tokens per sequence
     params: SamplingParams = field(default_factory=lambda: SamplingParams(256, 0.0, 1.0, 0))
+    max_model_len: int = 4096  # vLLM: prompt + completion tokens per sequence
 
 
 def latest_checkpoint(root: Path = Path("runs")) -> Path | None:
