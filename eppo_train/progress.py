@@ -35,9 +35,23 @@ class Progress:
         self.stage = ""
         self.every_s = every_s
         self._last_line = 0.0
+        self._where = ""
+        self._stopped = threading.Event()
+        # A heartbeat: one engine call can take minutes (every live episode's turn in one batch), and ticks only
+        # come between turns; if nothing was printed for `4 x every_s`, say the stage is still at work.
+        threading.Thread(target=self._heartbeat, daemon=True).start()
 
     def _line(self, text: str) -> None:
+        self._last_line = time.perf_counter()
         print(f"[{_fmt_s(time.perf_counter() - self.t0):>7}] {text}", file=self.stream, flush=True)
+
+    def _heartbeat(self) -> None:
+        while not self._stopped.wait(self.every_s / 3):
+            quiet = time.perf_counter() - self._last_line
+            if self.stage and quiet >= 4 * self.every_s:
+                at = f"at {self._where}, " if self._where else ""
+                self._line(f"{self._pos(self.stage)}: working ({at}{_fmt_s(time.perf_counter() - self.stage_t0)} "
+                           "into the stage)")
 
     def _pos(self, stage: str) -> str:
         return f"stage {self.stages.index(stage) + 1}/{len(self.stages)} {stage}"
@@ -51,6 +65,7 @@ class Progress:
                  level: int = 1) -> None:
         """Episodes done of `total` in this stage (or this rollout); a line when `every_s` passed or at the end."""
         interrupt.set_where(level, f"{what} {done}/{total}")
+        self._where = f"{what} {done}/{total}"
         now = time.perf_counter()
         if done < total and now - self._last_line < self.every_s:
             return
@@ -104,6 +119,7 @@ class Progress:
                    f"{record.get('iteration_time_s', 0.0):.0f}s/it | stage ETA {_fmt_s(per * (total - step))}")
 
     def done(self, summary: Path) -> None:
+        self._stopped.set()
         self._line(f"finished: {summary}")
 
 
