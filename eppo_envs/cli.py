@@ -151,6 +151,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`eppo-envs serve ID`: an OpenEnv server for one task (eppo_envs/remote/server.py; docs/interop.md)."""
+    try:
+        from eppo_envs.remote.server import ServerConfig, serve
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"{exc}; `eppo-envs serve` needs the serve extra: pip install -e '.[serve]'") from None
+    if args.max_sessions < 1 or not 0 <= args.port < 65536 or args.idle_timeout < 0:
+        raise ValueError("--max-sessions must be >= 1, --port in 0..65535, --idle-timeout >= 0")
+    serve(ServerConfig(resolve(args.env_id), host=args.host, port=args.port, max_sessions=args.max_sessions,
+                       idle_timeout=args.idle_timeout or None, expert=not args.no_expert))
+    return 0
+
+
+def add_serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve a task over HTTP (OpenEnv protocol + EPPO sessions); prints its URL")
+    p.add_argument("env_id", help="task id or name, e.g. eppo/MathTool-v0 or math")
+    p.add_argument("--host", default="127.0.0.1", help="default: loopback only")
+    p.add_argument("--port", type=int, default=8000, help="0: any free port")
+    p.add_argument("--max-sessions", type=int, default=32, help="concurrent sessions (one env each)")
+    p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle session's env is closed; 0: never")
+    p.add_argument("--no-expert", action="store_true", help="do not reveal the oracle's move in a session's state")
+    p.set_defaults(func=cmd_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="eppo-envs", description=__doc__)
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -181,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None, help="default: each env's evaluation split")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    add_serve_parser(sub)
     return parser
 
 

@@ -1,0 +1,182 @@
+"""An OpenEnv server for any registered EPPO task: `eppo-envs serve ID`, or `build_app` in your own process.
+
+Two ways in, one pool of sessions (bounded by `max_sessions`, idle ones closed after `idle_timeout` seconds):
+- OpenEnv's own protocol (`/ws` WebSocket, `/mcp`, `/health`, `/schema`, `/metadata`), so OpenEnv clients and
+  TRL's OpenEnv integration talk to it unchanged. Its stateless `/reset` and `/step` are left out on purpose: they
+  build a fresh env per request, which is meaningless for a multi-turn episode and unbounded in cost.
+- Plain HTTP sessions (`POST /sessions`, `/sessions/{id}/reset|step`, `GET /sessions/{id}/state`, `DELETE`), which
+  `eppo_envs.remote.connect` uses. Bad requests get a 4xx with a message; the server never falls over.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from fastapi import Body, FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from gymnasium.envs.registration import load_env_creator
+from gymnasium.error import ResetNeeded
+from openenv.core.env_server import ConcurrencyConfig, HTTPEnvServer, SessionCapacityError
+from openenv.core.env_server.types import ServerMode
+from pydantic import BaseModel, Field, ValidationError
+
+import gymnasium as gym
+from eppo_envs.core.registry import task_spec
+from eppo_envs.remote.environment import EppoEnvironment
+from eppo_envs.remote.models import TextAction, TextObservation, observation_payload
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    env_id: str
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port (printed at start)
+    max_sessions: int = 32
+    idle_timeout: float | None = 600.0  # seconds without a request before a session's env is closed
+    max_request_bytes: int = 1 << 20  # 1 MiB; env-side, replies are clipped to 64 KiB anyway
+    expert: bool = True  # GET /sessions/{id}/state carries the oracle's next move
+
+
+class ResetBody(BaseModel):
+    seed: int | None = Field(default=None, ge=0)
+    split: str | None = None
+    index: int | None = Field(default=None, ge=0)
+
+
+class StepBody(BaseModel):
+    action: TextAction
+
+
+def task_info(env_id: str) -> dict[str, Any]:
+    """The task's class-level facts (splits, tags, hint), read off the entry point without building an env."""
+    spec = task_spec(env_id)
+    entry = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return {
+        "env_id": env_id,
+        "task": spec.task,
+        "description": spec.description,
+        "max_episode_steps": spec.max_episode_steps,
+        "splits": list(getattr(creator, "splits", ())),
+        "eval_split": getattr(creator, "eval_split", None),
+        "tool_tags": list(getattr(creator, "tool_tags", ())),
+        "action_hint": getattr(creator, "action_hint", ""),
+    }
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over the limit gets 413 before the app reads (or parses) any of it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            length = dict(scope.get("headers") or []).get(b"content-length")
+            too_big = length is not None and (not length.isdigit() or int(length) > self.limit)
+            if too_big:
+                message = f"request body over {self.limit} bytes; replies longer than 64 KiB are clipped anyway"
+                response = JSONResponse({"detail": message}, status_code=413)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(config: ServerConfig) -> FastAPI:
+    task_spec(config.env_id)  # unknown id: KeyError with the list of known ones, before anything starts
+    info = task_info(config.env_id)
+    app = FastAPI(title=f"EPPO {config.env_id}", version="0", description=__doc__)
+    factory = functools.partial(EppoEnvironment, env_id=config.env_id, expert=config.expert)
+    pool = HTTPEnvServer(
+        factory,
+        TextAction,
+        TextObservation,
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=config.max_sessions, session_timeout=config.idle_timeout),
+    )
+    pool.register_routes(app, mode=ServerMode.PRODUCTION)
+    app.state.pool = pool
+    _register_sessions(app, pool, info)
+
+    async def _close_all() -> None:  # SIGTERM / Ctrl-C: uvicorn runs shutdown hooks; close every env
+        for session_id in list(pool._sessions):
+            await pool._destroy_session(session_id)
+
+    app.router.on_shutdown.append(_close_all)
+    app.add_middleware(_BodyLimit, limit=config.max_request_bytes)
+    return app
+
+
+def _register_sessions(app: FastAPI, pool: HTTPEnvServer, info: dict[str, Any]) -> None:
+    # The session table and per-session executors are OpenEnv's (HTTPEnvServer, openenv-core 0.3): HTTP sessions
+    # share the WebSocket sessions' bound, idle reaper and cleanup instead of keeping a second pool.
+    def session(session_id: str) -> EppoEnvironment:
+        env = pool._sessions.get(session_id)
+        if env is None:
+            raise HTTPException(404, f"unknown session {session_id!r} (closed, expired or never created)")
+        pool._update_session_activity(session_id)
+        return env  # type: ignore[return-value]
+
+    @app.get("/task", tags=["EPPO sessions"])
+    async def get_task() -> dict[str, Any]:
+        return {**info, "active_sessions": pool.active_sessions, "max_sessions": pool.max_concurrent_envs}
+
+    @app.post("/sessions", status_code=201, tags=["EPPO sessions"])
+    async def create_session() -> dict[str, str]:
+        try:
+            session_id, _ = await pool._create_session()
+        except SessionCapacityError as exc:
+            raise HTTPException(503, f"server full: {exc}") from None
+        return {"session_id": session_id}
+
+    @app.post("/sessions/{session_id}/reset", tags=["EPPO sessions"])
+    async def reset(session_id: str, body: ResetBody = Body(default_factory=ResetBody)) -> dict[str, Any]:
+        env = session(session_id)
+        kwargs = body.model_dump(exclude_none=True)
+        try:
+            obs = await pool._run_in_session_executor(session_id, env.reset, **kwargs)
+        except ValueError as exc:  # unknown split and the like: the user's mistake, said in one line
+            raise HTTPException(422, str(exc)) from None
+        return observation_payload(obs)
+
+    @app.post("/sessions/{session_id}/step", tags=["EPPO sessions"])
+    async def step(session_id: str, body: StepBody) -> dict[str, Any]:
+        env = session(session_id)
+        try:
+            obs = await pool._run_in_session_executor(session_id, env.step, body.action)
+        except ResetNeeded as exc:
+            raise HTTPException(409, str(exc)) from None
+        except ValidationError as exc:
+            raise HTTPException(422, str(exc)) from None
+        pool._update_session_activity(session_id, increment_step=True)
+        return observation_payload(obs)
+
+    @app.get("/sessions/{session_id}/state", tags=["EPPO sessions"])
+    async def state(session_id: str) -> dict[str, Any]:
+        env = session(session_id)
+        result = await pool._run_in_session_executor(session_id, lambda: env.state)
+        return result.model_dump()
+
+    @app.delete("/sessions/{session_id}", tags=["EPPO sessions"])
+    async def close_session(session_id: str) -> dict[str, Any]:
+        session(session_id)
+        await pool._destroy_session(session_id)
+        return {"session_id": session_id, "closed": True}
+
+
+def serve(config: ServerConfig) -> None:
+    """Run until SIGTERM/SIGINT. Binds first so `--port 0` can print the real URL before serving."""
+    app = build_app(config)
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"serving {config.env_id} at http://{shown}:{port} (max {config.max_sessions} sessions)", flush=True)
+    uv = uvicorn.Config(app, log_level="warning", ws_max_size=config.max_request_bytes, timeout_graceful_shutdown=10)
+    uvicorn.Server(uv).run(sockets=[sock])
+    print(f"stopped {config.env_id}", file=sys.stderr, flush=True)
