@@ -10,9 +10,12 @@ Two ways in, one pool of sessions (bounded by `max_sessions`, idle ones closed a
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,8 +106,10 @@ def build_app(config: ServerConfig) -> FastAPI:
     _register_sessions(app, pool, info)
 
     async def _close_all() -> None:  # SIGTERM / Ctrl-C: uvicorn runs shutdown hooks; close every env
-        for session_id in list(pool._sessions):
+        open_sessions = list(pool._sessions)
+        for session_id in open_sessions:
             await pool._destroy_session(session_id)
+        print(f"closed {len(open_sessions)} open session(s)", file=sys.stderr, flush=True)
 
     app.router.on_shutdown.append(_close_all)
     app.add_middleware(_BodyLimit, limit=config.max_request_bytes)
@@ -168,6 +173,20 @@ def _register_sessions(app: FastAPI, pool: HTTPEnvServer, info: dict[str, Any]) 
         return {"session_id": session_id, "closed": True}
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises a caught SIGTERM after its graceful shutdown, so the process dies "killed by signal 15";
+    here SIGTERM/SIGINT only ask for that shutdown (sessions closed, hooks run), and `serve` returns: exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def serve(config: ServerConfig) -> None:
     """Run until SIGTERM/SIGINT. Binds first so `--port 0` can print the real URL before serving."""
     app = build_app(config)
@@ -178,5 +197,5 @@ def serve(config: ServerConfig) -> None:
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {config.env_id} at http://{shown}:{port} (max {config.max_sessions} sessions)", flush=True)
     uv = uvicorn.Config(app, log_level="warning", ws_max_size=config.max_request_bytes, timeout_graceful_shutdown=10)
-    uvicorn.Server(uv).run(sockets=[sock])
+    _Server(uv).run(sockets=[sock])
     print(f"stopped {config.env_id}", file=sys.stderr, flush=True)

@@ -1,0 +1,145 @@
+"""What a user of `eppo-envs serve` relies on: 4xx for bad requests (and the server lives on), isolated and bounded
+sessions, idle expiry that closes the env, 16 sessions at once, clean SIGTERM. Loopback only, bounded in time."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+import eppo_envs
+import eppo_envs.example.guess_number  # noqa: F401
+import eppo_envs.remote as remote
+from tests.remote_helpers import in_thread, served
+
+pytest.importorskip("openenv.core.env_server")
+from eppo_envs.remote.server import ServerConfig  # noqa: E402
+
+GUESS = "example/GuessNumber-v0"
+
+
+def _post(http: httpx.Client, path: str, body: object = None, raw: bytes | None = None) -> httpx.Response:
+    content = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    return http.post(path, content=content, headers={"content-type": "application/json"})
+
+
+def test_bad_requests_get_4xx_and_the_server_lives_on():
+    with served(GUESS, "--max-sessions", "4") as (url, proc), httpx.Client(base_url=url, timeout=30) as http:
+        sid = _post(http, "/sessions").json()["session_id"]
+        cases = {
+            "unknown session": (_post(http, "/sessions/no-such-id/reset", {"seed": 0}), 404),
+            "unknown session (step)": (_post(http, "/sessions/no-such-id/step", {"action": {"text": "x"}}), 404),
+            "malformed JSON": (_post(http, f"/sessions/{sid}/step", raw=b'{"action": {"text": '), 422),
+            "wrong shape": (_post(http, f"/sessions/{sid}/step", {"action": "just a string"}), 422),
+            "extra field": (_post(http, f"/sessions/{sid}/step", {"action": {"text": "a", "evil": 1}}), 422),
+            "negative seed": (_post(http, f"/sessions/{sid}/reset", {"seed": -1}), 422),
+            "unknown split": (_post(http, f"/sessions/{sid}/reset", {"seed": 0, "split": "nope"}), 422),
+            "step before reset": (_post(http, f"/sessions/{sid}/step", {"action": {"text": "<answer>1</answer>"}}), 409),
+            "10 MB action": (_post(http, f"/sessions/{sid}/step", {"action": {"text": "x" * 10_000_000}}), 413),
+        }
+        for name, (response, code) in cases.items():
+            assert response.status_code == code, (name, response.status_code, response.text[:300])
+            assert response.json()["detail"], name  # a message, not an empty error
+        assert "unknown split" in _post(http, f"/sessions/{sid}/reset", {"seed": 0, "split": "nope"}).json()["detail"]
+        # Still serving, and the session that saw all of it still works.
+        assert http.get("/health").status_code == 200
+        reply = _post(http, f"/sessions/{sid}/reset", {"seed": 5}).json()
+        assert reply["observation"]["metadata"]["instance_id"] == "guess_number/train/00005"
+        assert _post(http, f"/sessions/{sid}/step", {"action": {"text": "<answer>50</answer>"}}).status_code == 200
+        assert http.delete(f"/sessions/{sid}").json()["closed"] is True
+        assert http.delete(f"/sessions/{sid}").status_code == 404
+        assert proc.poll() is None
+
+
+def _play(url: str, seed: int) -> tuple[str, list]:
+    env = remote.connect(url)
+    try:
+        obs, info = env.reset(seed=seed, options={"split": "test"})
+        rewards = []
+        for _ in range(12):
+            obs, reward, terminated, truncated, info = env.step(env.unwrapped.expert_action())
+            rewards.append(reward)
+            if terminated or truncated:
+                break
+        return info["instance_id"], rewards
+    finally:
+        env.close()
+
+
+def test_sixteen_concurrent_sessions_are_isolated_and_bounded():
+    local = eppo_envs.make(GUESS)
+    expected = {}
+    for seed in range(16):
+        local.reset(seed=seed, options={"split": "test"})
+        rewards = []
+        for _ in range(12):
+            _, reward, terminated, truncated, info = local.step(local.unwrapped.expert_action())
+            rewards.append(reward)
+            if terminated or truncated:
+                break
+        expected[seed] = (info["instance_id"], rewards)
+    local.close()
+    with served(GUESS, "--max-sessions", "16") as (url, _):
+        start = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:  # 16 clients interleaving steps on 16 sessions
+            results = dict(zip(range(16), pool.map(lambda s: _play(url, s), range(16)), strict=True))
+        assert time.monotonic() - start < 120
+        assert results == expected  # no session saw another's steps
+        with httpx.Client(base_url=url, timeout=30) as http:
+            held = [_post(http, "/sessions").json()["session_id"] for _ in range(16)]
+            full = _post(http, "/sessions")
+            assert full.status_code == 503 and "full" in full.json()["detail"]
+            http.delete(f"/sessions/{held[0]}")
+            assert _post(http, "/sessions").status_code == 201  # a freed slot is reusable
+
+
+def test_idle_session_expires_and_its_env_is_closed():
+    config = ServerConfig(GUESS, max_sessions=2, idle_timeout=1.0)
+    with in_thread(config) as (url, app), httpx.Client(base_url=url, timeout=30) as http:
+        pool = app.state.pool
+        sid = _post(http, "/sessions").json()["session_id"]
+        _post(http, f"/sessions/{sid}/reset", {"seed": 0})
+        env = pool._sessions[sid]
+        assert env.env is not None and not env.closed
+        deadline = time.monotonic() + 20  # the reaper wakes every max(timeout/4, 5 s)
+        while sid in pool._sessions and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert sid not in pool._sessions, "idle session was not reaped"
+        assert env.closed and env.env is None
+        assert _post(http, f"/sessions/{sid}/step", {"action": {"text": "x"}}).status_code == 404
+
+
+def test_closing_a_session_closes_its_env():
+    with in_thread(ServerConfig(GUESS, max_sessions=2)) as (url, app):
+        client = remote.connect(url)
+        client.reset(seed=0)
+        env = app.state.pool._sessions[client.session_id]
+        client.close()
+        assert env.closed and env.env is None and app.state.pool.active_sessions == 0
+
+
+def test_sigterm_shuts_down_cleanly_with_sessions_open():
+    with served(GUESS) as (url, proc):
+        client = remote.connect(url)
+        client.reset(seed=0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        proc.log.seek(0)
+        log = proc.log.read()
+        assert "closed 1 open session(s)" in log and "stopped" in log
+        with pytest.raises(remote.RemoteError):
+            client.step("<answer>1</answer>")
+        client.close()  # the server is gone: closing must not raise
+
+
+def test_cli_rejects_bad_input_in_one_line(capsys):
+    from eppo_envs.cli import main
+
+    assert main(["serve", "no-such-task", "--port", "0"]) == 2
+    assert main(["serve", GUESS, "--max-sessions", "0"]) == 2
+    out = capsys.readouterr().out
+    assert "no task 'no-such-task'" in out and "--max-sessions" in out and "Traceback" not in out
