@@ -193,6 +193,7 @@ def serve(config: ServerConfig) -> None:
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
+    sock.listen(2048)  # listening before the URL is printed: early clients queue instead of being refused
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {config.env_id} at http://{shown}:{port} (max {config.max_sessions} sessions)", flush=True)
