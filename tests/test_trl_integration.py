@@ -13,7 +13,13 @@ import pytest
 
 import eppo_envs
 import eppo_envs.example.guess_number  # noqa: F401
-from eppo_envs.integrations.trl import EPISODE_KEY, EppoToolEnv, env_reward_funcs, environment_factory, episode_dataset
+from eppo_envs.integrations.trl import (
+    EPISODE_KEY,
+    EppoToolEnv,
+    env_reward_funcs,
+    environment_factory,
+    episode_dataset,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GUESS = "example/GuessNumber-v0"

@@ -91,7 +91,7 @@ class RemoteEnv(gym.Env[str, str]):
         # The env clips every reply to the same bound; clipping here keeps a huge reply off the wire.
         reply = self._call("POST", f"/sessions/{self._session()}/step", {"action": {"text": clip(action)}})
         obs, info = self._unpack(reply)
-        terminated, truncated = bool(reply["observation"]["metadata"]["terminated"]), bool(reply["observation"]["metadata"]["truncated"])
+        terminated, truncated = bool(reply["observation"]["info"]["terminated"]), bool(reply["observation"]["info"]["truncated"])
         return obs, float(reply["reward"] or 0.0), terminated, truncated, info
 
     def expert_action(self) -> str:
@@ -118,8 +118,8 @@ class RemoteEnv(gym.Env[str, str]):
     def _unpack(self, reply: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         observation = reply["observation"]
         self._last_observation = observation["text"]
-        # `terminated`/`truncated` travel in the metadata (OpenEnv's `done` merges them); the info dict is the rest.
-        info = {k: v for k, v in observation["metadata"].items() if k not in ("terminated", "truncated")}
+        # `terminated`/`truncated` travel in `info` (OpenEnv's `done` merges them); the info dict is the rest.
+        info = {k: v for k, v in observation["info"].items() if k not in ("terminated", "truncated")}
         return self._last_observation, info
 
 

@@ -58,9 +58,8 @@ class EppoEnvironment(Environment[TextAction, TextObservation, EpisodeState]):
         self._episode_id = episode_id or str(uuid.uuid4())
         self._steps, self._done = 0, False
         self._info = json_safe(info)
-        return TextObservation(
-            text=observation, reward=None, done=False, metadata={**self._info, "terminated": False, "truncated": False}
-        )
+        metadata = {**self._info, "terminated": False, "truncated": False}
+        return TextObservation(text=observation, reward=None, done=False, info=metadata, metadata=metadata)
 
     def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
         if self.env is None or "instance_id" not in self._info:
@@ -70,7 +69,7 @@ class EppoEnvironment(Environment[TextAction, TextObservation, EpisodeState]):
         self._done = bool(terminated or truncated)
         self._info = json_safe(info)
         metadata = {**self._info, "terminated": bool(terminated), "truncated": bool(truncated)}
-        return TextObservation(text=observation, reward=float(reward), done=self._done, metadata=metadata)
+        return TextObservation(text=observation, reward=float(reward), done=self._done, info=metadata, metadata=metadata)
 
     @property
     def state(self) -> EpisodeState:

@@ -15,10 +15,12 @@ class TextAction(Action):
 
 
 class TextObservation(Observation):
-    """What the env says back. `metadata` carries the Gymnasium info dict (`task`, `instance_id`, `won`,
-    `action_valid`, `admissible_actions`, ...) plus `terminated`/`truncated`, which `done` merges."""
+    """What the env says back. `info` (and, in-process, `metadata`) is the Gymnasium info dict (`task`,
+    `instance_id`, `won`, `action_valid`, `admissible_actions`, ...) plus `terminated`/`truncated`, which `done`
+    merges. Both are set because OpenEnv's serializer leaves `metadata` off the wire; `info` travels."""
 
     text: str = Field(default="", description="the observation text (printable ASCII)")
+    info: dict[str, Any] = Field(default_factory=dict, description="the Gymnasium info dict + terminated/truncated")
 
 
 class EpisodeState(State):
@@ -34,4 +36,4 @@ class EpisodeState(State):
 
 def observation_payload(obs: TextObservation) -> dict[str, Any]:
     """One JSON shape for the HTTP session routes (the same fields OpenEnv's WebSocket replies carry)."""
-    return {"observation": {"text": obs.text, "metadata": obs.metadata}, "reward": obs.reward, "done": obs.done}
+    return {"observation": {"text": obs.text, "info": obs.info}, "reward": obs.reward, "done": obs.done}

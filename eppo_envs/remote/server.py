@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import uvicorn
 from fastapi import Body, FastAPI, HTTPException
 from fastapi.responses import JSONResponse
@@ -28,7 +29,6 @@ from openenv.core.env_server import ConcurrencyConfig, HTTPEnvServer, SessionCap
 from openenv.core.env_server.types import ServerMode
 from pydantic import BaseModel, Field, ValidationError
 
-import gymnasium as gym
 from eppo_envs.core.registry import task_spec
 from eppo_envs.remote.environment import EppoEnvironment
 from eppo_envs.remote.models import TextAction, TextObservation, observation_payload
