@@ -174,3 +174,34 @@ def test_openenv_websocket_protocol_plays_the_same_episode():
             time.sleep(0.1)
         assert app.state.pool.active_sessions == 0  # closing the socket closed the session
     local.close()
+
+
+def _chromium_children(pid: int) -> list:
+    import psutil
+
+    return [p for p in psutil.Process(pid).children(recursive=True) if "chrom" in p.name().lower()]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(not __import__("os").path.exists("/usr/bin/chromium"), reason="no /usr/bin/chromium")
+def test_no_chromium_survives_a_closed_session_or_sigterm():
+    with served("eppo/WebShop-Browser-v0", "--max-sessions", "2") as (url, proc):
+        client = remote.connect(url)
+        client.reset(seed=0)
+        assert _chromium_children(proc.pid), "the browser session started no Chromium?"
+        client.close()
+        deadline = time.monotonic() + 30
+        while _chromium_children(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _chromium_children(proc.pid)
+        again = remote.connect(url)
+        again.reset(seed=1)
+        assert _chromium_children(proc.pid)
+        import psutil
+
+        browsers = [p.pid for p in _chromium_children(proc.pid)]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        time.sleep(1)
+        assert not [pid for pid in browsers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
