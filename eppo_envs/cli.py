@@ -159,8 +159,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ModuleNotFoundError(f"{exc}; `eppo-envs serve` needs the serve extra: pip install -e '.[serve]'") from None
     if args.max_sessions < 1 or not 0 <= args.port < 65536 or args.idle_timeout < 0:
         raise ValueError("--max-sessions must be >= 1, --port in 0..65535, --idle-timeout >= 0")
+    env_kwargs = {}
+    for item in args.env_args:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--env-arg wants KEY=VALUE, got {item!r}")
+        try:
+            env_kwargs[key] = json.loads(value)  # numbers, booleans, lists; anything else stays a string
+        except json.JSONDecodeError:
+            env_kwargs[key] = value
     serve(ServerConfig(resolve(args.env_id), host=args.host, port=args.port, max_sessions=args.max_sessions,
-                       idle_timeout=args.idle_timeout or None, expert=not args.no_expert))
+                       idle_timeout=args.idle_timeout or None, expert=not args.no_expert, env_kwargs=env_kwargs))
     return 0
 
 
@@ -172,6 +181,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--max-sessions", type=int, default=32, help="concurrent sessions (one env each)")
     p.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle session's env is closed; 0: never")
     p.add_argument("--no-expert", action="store_true", help="do not reveal the oracle's move in a session's state")
+    p.add_argument("--env-arg", dest="env_args", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword argument for the task's constructor, e.g. --env-arg high=3; repeatable")
     p.set_defaults(func=cmd_serve)
 
 

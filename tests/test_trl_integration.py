@@ -85,3 +85,43 @@ def test_example_trains_the_tiny_model_from_env_rewards(tmp_path):
         env.reset(seed=e["seed"], options={"split": e["split"]})
         assert [env.step(a)[1] for a in e["actions"]] == e["rewards"]
         env.close()
+
+
+def test_rollout_func_through_a_server_returns_aligned_tokens_and_env_rewards(tmp_path):
+    """`EppoRollout` called by a real GRPOTrainer (tiny model) on GuessNumber 1..3 served with --env-arg-style
+    kwargs: token lists line up, the model's tokens (mask 1) are exactly its replies, rewards are the env's."""
+    pytest.importorskip("trl")
+    pytest.importorskip("openenv.core.env_server")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from eppo_envs.integrations.trl import EppoRollout
+    from eppo_envs.remote.server import ServerConfig
+    from eppo_train.policy.models import tiny_model_dir
+    from tests.remote_helpers import in_thread
+
+    kwargs = {"low": 1, "high": 3}
+    with in_thread(ServerConfig(GUESS, env_kwargs=kwargs)) as (url, _):
+        data = episode_dataset(GUESS, [0, 1], split="train", url=url)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
+        tokenizer.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir())
+        rollout = EppoRollout(max_turns=3, max_new_tokens=8, max_completion_tokens=128)
+        args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+                          report_to="none", use_cpu=True, save_strategy="no")
+        trainer = GRPOTrainer(model=model, reward_funcs=env_reward_funcs(["guess_number"]), args=args,
+                              train_dataset=data, processing_class=tokenizer, rollout_func=rollout)
+        out = rollout([row["prompt"] for row in data], trainer)
+        rollout.close()
+    assert len(out["prompt_ids"]) == 2 and out["task"] == ["guess_number", "guess_number"]
+    for n, log in enumerate(rollout.logs):
+        ids, mask = out["completion_ids"][n], out["env_mask"][n]
+        assert len(ids) == len(mask) == len(out["logprobs"][n]) and mask[0] == 1
+        assert all(lp == 0.0 for lp, m in zip(out["logprobs"][n], mask, strict=True) if m == 0)
+        model_text = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
+        assert model_text == "".join(log.actions)
+        assert out["env_reward"][n] == log.total_reward
+        local = eppo_envs.make(GUESS, **kwargs)  # the same episode in-process gives the same rewards
+        local.reset(seed=log.seed, options={"split": "train"})
+        assert [local.step(a)[1] for a in log.actions] == log.rewards
+        local.close()

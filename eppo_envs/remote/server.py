@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -29,7 +29,7 @@ from openenv.core.env_server import ConcurrencyConfig, HTTPEnvServer, SessionCap
 from openenv.core.env_server.types import ServerMode
 from pydantic import BaseModel, Field, ValidationError
 
-from eppo_envs.core.registry import task_spec
+from eppo_envs.core.registry import make, task_spec
 from eppo_envs.remote.environment import EppoEnvironment
 from eppo_envs.remote.models import TextAction, TextObservation, observation_payload
 
@@ -43,6 +43,7 @@ class ServerConfig:
     idle_timeout: float | None = 600.0  # seconds without a request before a session's env is closed
     max_request_bytes: int = 1 << 20  # 1 MiB; env-side, replies are clipped to 64 KiB anyway
     expert: bool = True  # GET /sessions/{id}/state carries the oracle's next move
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make for every session
 
 
 class ResetBody(BaseModel):
@@ -92,9 +93,14 @@ class _BodyLimit:
 
 def build_app(config: ServerConfig) -> FastAPI:
     task_spec(config.env_id)  # unknown id: KeyError with the list of known ones, before anything starts
-    info = task_info(config.env_id)
+    info = {**task_info(config.env_id), "env_kwargs": dict(config.env_kwargs)}
+    if config.env_kwargs:  # a wrong keyword fails here, in one line, not at every session's first reset
+        try:
+            make(config.env_id, **config.env_kwargs).close()
+        except TypeError as exc:
+            raise ValueError(f"{config.env_id} does not take these arguments {config.env_kwargs}: {exc}") from None
     app = FastAPI(title=f"EPPO {config.env_id}", version="0", description=__doc__)
-    factory = functools.partial(EppoEnvironment, env_id=config.env_id, expert=config.expert)
+    factory = functools.partial(EppoEnvironment, env_id=config.env_id, expert=config.expert, env_kwargs=config.env_kwargs)
     pool = HTTPEnvServer(
         factory,
         TextAction,
