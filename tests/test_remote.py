@@ -73,3 +73,24 @@ def test_conformance_over_http(env_id):
         conformance.check_determinism(remote.REMOTE_ID, seeds=(0, 1) if browser else (0, 1, 7), url=url)
         conformance.check_expert(remote.REMOTE_ID, seeds=(0,) if browser else (0, 1, 2), url=url)
         conformance.check_malformed(remote.REMOTE_ID, count=60 if browser else 500, url=url)
+
+
+@pytest.mark.slow
+def test_interop_doc_snippets_run_against_a_real_server():
+    """docs/interop.md's python and curl snippets, with the doc's placeholder URL replaced by a live server's."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "interop.md").read_text()
+    python_blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    curl_block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL) if "curl" in b)
+    assert len(python_blocks) >= 2
+    with served("eppo/MathTool-v0") as (url, _):
+        for n, block in enumerate(python_blocks):
+            if "127.0.0.1:40123" in block:
+                exec(compile(block.replace("http://127.0.0.1:40123", url), f"interop block {n}", "exec"), {})
+        script = curl_block.replace("http://127.0.0.1:40123", url)
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert '"instance_id":"math/test/' in proc.stdout and '"closed":true' in proc.stdout
