@@ -41,6 +41,9 @@ def test_bad_requests_get_4xx_and_the_server_lives_on():
             "step before reset": (_post(http, f"/sessions/{sid}/step", {"action": {"text": "<answer>1</answer>"}}), 409),
             "10 MB action": (_post(http, f"/sessions/{sid}/step", {"action": {"text": "x" * 10_000_000}}), 413),
         }
+        chunked = http.post(f"/sessions/{sid}/step", headers={"content-type": "application/json"},
+                            content=iter([b'{"action": {"text": "', b"x" * 4_000_000, b'"}}']))
+        cases["4 MB action, chunked"] = (chunked, 413)
         for name, (response, code) in cases.items():
             assert response.status_code == code, (name, response.status_code, response.text[:300])
             assert response.json()["detail"], name  # a message, not an empty error

@@ -74,21 +74,45 @@ def task_info(env_id: str) -> dict[str, Any]:
 
 
 class _BodyLimit:
-    """ASGI middleware: a request body over the limit gets 413 before the app reads (or parses) any of it."""
+    """ASGI middleware: a request body over the limit gets 413 before the app parses any of it. A declared
+    Content-Length is checked up front; a chunked body is read (up to the limit) and then handed on."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            length = dict(scope.get("headers") or []).get(b"content-length")
-            too_big = length is not None and (not length.isdigit() or int(length) > self.limit)
-            if too_big:
-                message = f"request body over {self.limit} bytes; replies longer than 64 KiB are clipped anyway"
-                response = JSONResponse({"detail": message}, status_code=413)
-                await response(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await self._refuse(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
                 return
-        await self.app(scope, receive, send)
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: dict, receive: Any, send: Any) -> None:
+        message = f"request body over {self.limit} bytes; replies longer than 64 KiB are clipped anyway"
+        await JSONResponse({"detail": message}, status_code=413)(scope, receive, send)
 
 
 def build_app(config: ServerConfig) -> FastAPI:
