@@ -114,6 +114,18 @@ def test_idle_session_expires_and_its_env_is_closed():
         assert sid not in pool._sessions, "idle session was not reaped"
         assert env.closed and env.env is None
         assert _post(http, f"/sessions/{sid}/step", {"action": {"text": "x"}}).status_code == 404
+        # A client whose session expired mid-episode gets a clear error on step, and a fresh session on reset.
+        client = remote.connect(url)
+        client.reset(seed=1)
+        first = client.session_id
+        deadline = time.monotonic() + 20
+        while first in pool._sessions and time.monotonic() < deadline:
+            time.sleep(0.25)
+        with pytest.raises(remote.RemoteError, match="unknown session"):
+            client.step("<answer>1</answer>")
+        obs, info = client.reset(seed=1)
+        assert client.session_id != first and info["instance_id"] == "guess_number/train/00001"
+        client.close()
 
 
 def test_closing_a_session_closes_its_env():

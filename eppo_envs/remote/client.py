@@ -19,7 +19,11 @@ from eppo_envs.core.spaces import action_space, observation_space
 
 
 class RemoteError(RuntimeError):
-    """The server refused a request (the message is the server's)."""
+    """The server refused a request (the message is the server's); `status` is the HTTP code (None: no reply)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class RemoteEnv(gym.Env[str, str]):
@@ -64,7 +68,7 @@ class RemoteEnv(gym.Env[str, str]):
                 detail = response.text
             if response.status_code == 409:
                 raise ResetNeeded(str(detail))
-            raise RemoteError(f"{self.url}{path}: HTTP {response.status_code}: {detail}")
+            raise RemoteError(f"{self.url}{path}: HTTP {response.status_code}: {detail}", response.status_code)
         return response.json()
 
     def _session(self) -> str:
@@ -80,7 +84,14 @@ class RemoteEnv(gym.Env[str, str]):
             # No seed: draw one from this env's own generator, as a local env draws its instance.
             seed = int(self.np_random.integers(2**31))
         payload = {"seed": seed, "split": options.get("split"), "index": options.get("index")}
-        reply = self._call("POST", f"/sessions/{self._session()}/reset", payload)
+        try:
+            reply = self._call("POST", f"/sessions/{self._session()}/reset", payload)
+        except RemoteError as exc:
+            if exc.status != 404:
+                raise
+            # The server expired our idle session (its env is closed): a new episode simply gets a new session.
+            self.session_id = None
+            reply = self._call("POST", f"/sessions/{self._session()}/reset", payload)
         obs, info = self._unpack(reply)
         self._reset_done = True
         return obs, info
