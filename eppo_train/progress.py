@@ -58,6 +58,7 @@ class Progress:
 
     def start(self, stage: str) -> None:
         self.stage, self.stage_t0 = stage, time.perf_counter()
+        self._where = ""
         interrupt.set_where(0, self._pos(stage))
         self._line(f"{self._pos(stage)}: started")
 
@@ -103,6 +104,7 @@ class Progress:
     def sft_step(self, step: int, steps: int, loss: float) -> None:
         done = step + 1
         interrupt.set_where(1, f"step {done}/{steps}")
+        self._where = f"step {done}/{steps}"
         elapsed = time.perf_counter() - self.stage_t0
         eta = elapsed / done * (steps - done)
         if done == 1 or done == steps or done % max(steps // 10, 1) == 0:
@@ -112,6 +114,7 @@ class Progress:
         step = int(record["step"])
         if step < total:
             interrupt.set_where(1, f"iteration {step + 1}/{total}")
+            self._where = f"iteration {step + 1}/{total}"
         per = (time.perf_counter() - started) / max(step - first_step, 1)
         tasks = record.get("tasks", {})
         succ = " ".join(f"{t} {v.get('success', 0.0):.2f}" for t, v in tasks.items())
