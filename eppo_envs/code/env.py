@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from eppo_envs.code.generated import generated_problems
-from eppo_envs.code.harness import TestReport, count_tests, run_tests
+from eppo_envs.code.harness import DEFAULT_TIME_LIMIT_S, TestReport, count_tests, run_tests
 from eppo_envs.code.humaneval import humaneval_problems
 from eppo_envs.code.problems import CodeProblem
 from eppo_envs.core import AgentEnv, StepResult, extract_code_block
@@ -35,6 +35,7 @@ class CodeEnv(AgentEnv):
         max_attempts: int = 3,
         split_sources: dict[str, str] | None = None,
         sandbox: Sandbox | None = None,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
         **kwargs,
     ) -> None:
         super().__init__(split, **kwargs)
@@ -48,7 +49,10 @@ class CodeEnv(AgentEnv):
             if levels is not None and source == "generated":
                 problems = tuple(p for p in problems if p.level in levels)
             self._problems[name] = problems
+        if not time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be positive, got {time_limit_s!r}")
         self.max_attempts = max_attempts
+        self.time_limit_s = float(time_limit_s)
         self._sandbox = sandbox
         self.problem: CodeProblem | None = None
 
@@ -77,11 +81,14 @@ class CodeEnv(AgentEnv):
         return instruction, observation, {"level": self.problem.level, "attempts_left": self.max_attempts}
 
     def solution_program(self, code: str) -> str:
-        """The model may write the whole function or only its body (HumanEval style): complete the latter."""
+        """The model may write the whole function or only its body (HumanEval style). Either way the prompt comes
+        first, so its other definitions (HumanEval/10's `is_palindrome`, /38's `encode_cyclic`) exist; a whole
+        function then redefines the prompt's stub."""
         assert self.problem is not None
+        prompt = self.problem.prompt if self.problem.prompt.endswith("\n") else self.problem.prompt + "\n"
         if re.search(rf"\bdef\s+{re.escape(self.problem.entry_point)}\s*\(", code):
-            return code
-        return self.problem.prompt + code
+            return prompt + "\n" + code
+        return prompt + code
 
     def transition(self, text: str) -> StepResult:
         code = extract_code_block(text)
@@ -99,7 +106,7 @@ class CodeEnv(AgentEnv):
             feedback, passed = f"Your code does not compile: {type(exc).__name__}: {exc}", 0.0
         else:
             report = run_tests(self.sandbox, program, self.problem.tests, self.problem.entry_point,
-                               self._total_tests)
+                               self._total_tests, prompt=self.problem.prompt, time_limit_s=self.time_limit_s)
             feedback, passed = report.first_failure, report.pass_fraction
         info = {"pass_fraction": passed, "attempts_left": self.max_attempts - self.attempts}
         if report is not None:
@@ -117,6 +124,9 @@ class CodeEnv(AgentEnv):
     def _feedback(self, report: TestReport | None, feedback: str) -> str:
         head = "" if report is None else f"{report.passed}/{report.total} tests passed. "
         text = head + feedback
+        printed = "" if report is None else report.output_excerpt()
+        if printed:  # the model sees what its code printed (cut short); the verdict never reads it
+            text += "\n" + printed
         return text if len(text) <= FEEDBACK_CHARS else text[:FEEDBACK_CHARS] + "\n...[truncated]"
 
     def expert_action(self) -> str:

@@ -132,7 +132,7 @@ class BwrapBackend:
             args += ["--setenv", key, value]
         return args
 
-    def prepare(self, code: str, limits: Limits, uid: int | None) -> Launch:
+    def prepare(self, code: str, limits: Limits, uid: int | None, args: tuple[str, ...] = ()) -> Launch:
         # The snippet reaches the sandbox through a memfd that bwrap copies into the tmpfs: nothing on host disk.
         fd = os.memfd_create("eppo-snippet", os.MFD_CLOEXEC)
         os.write(fd, code.encode("utf-8", errors="replace"))
@@ -147,7 +147,7 @@ class BwrapBackend:
         if uid is not None:
             argv += [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                      "--bounding-set=-all", "--"]
-        argv += [self.layout.executable, "-s", "-B", SCRIPT]
+        argv += [self.layout.executable, "-s", "-B", SCRIPT, *args]
         return Launch(argv, pass_fds=(fd, info_write), info_fd=info_read)
 
     def probe(self) -> str | None:
@@ -179,10 +179,10 @@ class RlimitBackend:
             os.symlink(host_path, os.path.join(self.site, name))
         self.prlimit = shutil.which("prlimit")
 
-    def prepare(self, code: str, limits: Limits, uid: int | None) -> Launch:
+    def prepare(self, code: str, limits: Limits, uid: int | None, args: tuple[str, ...] = ()) -> Launch:
         workdir = tempfile.mkdtemp(prefix="eppo-unsafe-run-")
         Path(workdir, SCRIPT).write_text(code, encoding="utf-8", errors="replace")
-        argv = [self.layout.executable, "-s", "-B", SCRIPT]
+        argv = [self.layout.executable, "-s", "-B", SCRIPT, *args]
         if self.prlimit:
             argv = [self.prlimit, *rlimit_args(limits), "--", *argv]
         return Launch(argv, cwd=workdir, env=sandbox_env(workdir, self.site), temp_dir=workdir)

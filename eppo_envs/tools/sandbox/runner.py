@@ -17,11 +17,15 @@ import threading
 import time
 import warnings
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from eppo_envs.tools.sandbox.backends import BACKENDS, BwrapBackend, Launch
 from eppo_envs.tools.sandbox.config import TRUNCATION_MARKER, Limits, Reason, RunResult, SandboxConfig
 from eppo_envs.tools.sandbox.layout import SandboxSetupError, python_layout
 from eppo_envs.tools.sandbox.slots import uid_slot
+
+if TYPE_CHECKING:
+    from eppo_envs.tools.sandbox.session import SandboxSession
 
 log = logging.getLogger(__name__)
 UNSAFE_ENV = "EPPO_SANDBOX_UNSAFE"
@@ -159,6 +163,31 @@ class Sandbox:
                 return self._execute(launch, limits)
             finally:
                 launch.cleanup()
+
+    def open(self, code: str, limits: Limits | None = None) -> SandboxSession:
+        """Start `code` as an interactive run (see session.py): it reads request lines from the descriptor named
+        in `sys.argv[1]` and writes reply lines to the one in `sys.argv[2]`. Close it (or use `with`)."""
+        from eppo_envs.tools.sandbox.session import SandboxSession
+
+        limits = limits or self.limits
+        slot = uid_slot() if self._use_slots else nullcontext(None)
+        uid = slot.__enter__()
+        req_r, req_w = os.pipe2(os.O_CLOEXEC)
+        rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+        os.set_inheritable(req_r, True)
+        os.set_inheritable(rep_w, True)
+        try:
+            launch = self.backend.prepare(code, limits, uid, args=(str(req_r), str(rep_w)))
+            launch.pass_fds = (*launch.pass_fds, req_r, rep_w)  # closed here once the child holds them
+            return SandboxSession(launch, limits, self.backend.name, slot, req_w, rep_r)
+        except BaseException:
+            for fd in (req_r, req_w, rep_r, rep_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            slot.__exit__(None, None, None)
+            raise
 
     def _execute(self, launch: Launch, limits: Limits) -> RunResult:
         start = time.monotonic()
