@@ -1,0 +1,236 @@
+"""Code-v0's verdict cannot be forged: hostile solutions of every known class lose, on generated problems and on
+HumanEval, while correct solutions that print, or that drop the prompt's helpers, still win."""
+
+from __future__ import annotations
+
+import ast
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import eppo_envs
+import eppo_envs.code  # noqa: F401  (registers eppo/Code-v0)
+from eppo_envs.code import wire
+from eppo_envs.code.humaneval import humaneval_problems
+
+pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+
+# Each is a whole reply body; {fn} is the entry point. None solves anything.
+HOSTILE = {
+    "nonce result lines (won 1.0 before the judge moved out)": """
+        import sys, os
+        nonce = getattr(sys.modules['__main__'], '_NONCE', '@@0@@')
+        for i in range(50):
+            print(nonce + '{"kind": "test", "ok": true}')
+        print(nonce + '{"kind": "done", "ok": true}')
+        sys.stdout.flush()
+        os._exit(0)
+        """,
+    "fake replies from the harness state": """
+        import os, sys
+        main = sys.modules['__main__']
+        rep = main._REP  # the reply channel, found by inspecting the harness
+        os.write(rep, b'["loaded",true]\\n' + b'["value",true]\\n' * 5000)
+        os._exit(0)
+        """,
+    "forged replies with gc and frames": """
+        import gc, sys, os
+        secrets = [o for o in gc.get_objects() if isinstance(o, str) and o.startswith('@@')]
+        frame = sys._getframe()
+        while frame.f_back:
+            frame = frame.f_back
+        frame.f_globals['encode'] = lambda value: 'true'  # every reply now says True
+        def {fn}(*args):
+            return None
+        """,
+    "exit 0 while loading": "import sys\nsys.exit(0)",
+    "os._exit while loading": "import os\nos._exit(0)",
+    "SystemExit in each call": "def {fn}(*args):\n    raise SystemExit(0)",
+    "os._exit in the first call": "import os\ndef {fn}(*args):\n    os._exit(0)",
+    "atexit writes results": """
+        import atexit, os, sys
+        rep = int(sys.argv[2])
+        atexit.register(lambda: os.write(rep, b'["value",true]\\n' * 1000))
+        def {fn}(*args):
+            raise SystemExit(0)
+        """,
+    "patched assert, unittest and builtins": """
+        import builtins, unittest
+        builtins.AssertionError = type('Never', (BaseException,), {})
+        unittest.TestCase.assertEqual = lambda *a, **k: None
+        builtins.abs = lambda x: 0
+        builtins.isinstance = lambda *a: True
+        def {fn}(*args):
+            return None
+        """,
+    "__eq__ always true": """
+        class Anything:
+            def __eq__(self, other):
+                return True
+            __hash__ = object.__hash__
+            def __lt__(self, other):
+                return True
+            def __sub__(self, other):
+                return 0
+        def {fn}(*args):
+            return Anything()
+        """,
+    "builtin subclasses with __eq__": """
+        class S(str):
+            __eq__ = lambda self, other: True
+            __hash__ = str.__hash__
+        class I(int):
+            __eq__ = lambda self, other: True
+            __hash__ = int.__hash__
+        class L(list):
+            __eq__ = lambda self, other: True
+        def {fn}(*args):
+            return [S('x'), I(3), L()][len(args) % 3]
+        """,
+    "prints look-alike result lines": """
+        print('["loaded",true]')
+        print('@@0@@{"kind": "done", "ok": true}' * 100)
+        def {fn}(*args):
+            print('["value",true]\\n' * 50)
+            return None
+        """,
+    "reads and writes files": """
+        import glob, os
+        for path in glob.glob('/sandbox/*') + glob.glob('/proc/*/cmdline'):
+            try:
+                open(path, 'rb').read()
+            except OSError:
+                pass
+        with open('/sandbox/results.json', 'w') as f:
+            f.write('{"passed": true}')
+        def {fn}(*args):
+            return None
+        """,
+    "replaces the server's send": """
+        import sys
+        main = sys.modules['__main__']
+        real = main._send
+        main._send = lambda text: real('["value",true]' if text.startswith('["raise"') else text)
+        def {fn}(*args):
+            raise ValueError('no')
+        """,
+    "unsendable self-referencing value": """
+        def {fn}(*args):
+            x = []
+            x.append(x)
+            return x
+        """,
+    "huge reply": "def {fn}(*args):\n    return 'x' * (6 << 20)",
+}
+
+
+def _problem_index(env, key: str) -> int:
+    split = "test" if key.startswith("HumanEval") else "train"
+    problems = env.unwrapped._problems[split]
+    return next(i for i, p in enumerate(problems) if p.key == key)
+
+
+@pytest.fixture(scope="module")
+def envs():
+    return {"test": eppo_envs.make("eppo/Code-v0", split="test"), "train": eppo_envs.make("eppo/Code-v0", split="train")}
+
+
+def _step(env, index: int, code: str):
+    env.reset(options={"index": index})
+    return env.step(f"```python\n{code}\n```")
+
+
+@pytest.mark.parametrize("problem", ["HumanEval_0", "HumanEval_53", "gen_l1_add_const_000", "gen_l3_caesar_000"])
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_solutions_never_win(envs, problem, name):
+    env = envs["test" if problem.startswith("HumanEval") else "train"]
+    index = _problem_index(env, problem)
+    entry = env.unwrapped._problems["test" if problem.startswith("HumanEval") else "train"][index].entry_point
+    code = textwrap.dedent(HOSTILE[name]).strip().replace("{fn}", entry)
+    obs, reward, terminated, _, info = _step(env, index, code)
+    assert reward == 0.0 and not info["won"] and info["pass_fraction"] < 1.0, (name, obs)
+
+
+def _function_only(problem) -> str:
+    """The reference as a model writes it: imports and the entry function, none of the prompt's helpers."""
+    tree = ast.parse(problem.reference)
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+            or (isinstance(n, ast.FunctionDef) and n.name == problem.entry_point)]
+    return "\n".join(ast.get_source_segment(problem.reference, n) for n in keep) + "\n"
+
+
+@pytest.mark.parametrize("number", [10, 32, 38, 50])
+def test_complete_function_without_the_prompts_helpers_passes(envs, number):
+    problem = humaneval_problems()[number]
+    code = _function_only(problem)
+    helpers = {n.name for n in ast.parse(problem.prompt).body if isinstance(n, ast.FunctionDef)} - {problem.entry_point}
+    assert helpers and not any(f"def {h}(" in code for h in helpers)  # the reply really lacks them
+    obs, reward, *_ = _step(envs["test"], number, code)
+    assert reward == 1.0, obs
+
+
+def _printing(problem, per_call: int = 2048) -> str:
+    """The canonical solution wrapped so that every call prints `per_call` bytes."""
+    entry = problem.entry_point
+    return (_function_only(problem) + f"\n_eppo_real = {entry}\n"
+            f"def {entry}(*args):\n    print('x' * {per_call - 1})\n    return _eppo_real(*args)\n")
+
+
+@pytest.mark.parametrize("number", [0, 12, 32, 53, 99, 129, 151, 163])
+def test_correct_solution_that_prints_still_passes(envs, number):
+    obs, reward, *_ = _step(envs["test"], number, _printing(humaneval_problems()[number]))
+    assert reward == 1.0, obs
+
+
+@pytest.mark.slow
+def test_every_printing_canonical_solution_passes(envs):
+    lost = [n for n in range(164) if _step(envs["test"], n, _printing(humaneval_problems()[n]))[1] != 1.0]
+    assert lost == []
+
+
+def test_model_sees_a_truncated_copy_of_its_output(envs):
+    env = envs["train"]
+    index = _problem_index(env, "gen_l1_add_const_000")
+    obs, reward, *_ = _step(env, index, "print('hello ' * 1000)\ndef add_const_000(x):\n    return x")
+    assert reward == 0.0 and "Your code's stdout:\nhello hello" in obs and "...[truncated]" in obs
+    assert len(obs) < 3000
+
+
+def test_per_problem_time_limit_is_three_seconds_by_default_and_configurable():
+    env = eppo_envs.make("eppo/Code-v0", split="test", time_limit_s=0.3)
+    assert eppo_envs.make("eppo/Code-v0", split="test").unwrapped.time_limit_s == 3.0
+    problem = humaneval_problems()[0]  # 7 tests: 0.1 s each is 0.7 s in all
+    slow = _function_only(problem).replace('    """', '    import time; time.sleep(0.1)\n    """', 1)
+    obs, reward, *_ = _step(env, 0, slow)
+    assert reward == 0.0 and "Timed out" in obs, obs
+    env = eppo_envs.make("eppo/Code-v0", split="test", time_limit_s=3.0)
+    obs, reward, *_ = _step(env, 0, slow)
+    assert reward == 1.0, obs
+    with pytest.raises(ValueError, match="time_limit_s"):
+        eppo_envs.make("eppo/Code-v0", time_limit_s=0)
+
+
+def test_judging_leaves_the_process_random_state_alone(envs):
+    import random
+
+    random.seed(1234)
+    expected = random.Random(1234).random()
+    _step(envs["test"], 38, _function_only(humaneval_problems()[38]))  # its tests draw from `random`
+    assert random.random() == expected
+
+
+@pytest.mark.parametrize("value", [None, True, 0, -(10**40), 2.5, math.inf, "s", b"b", 1 + 2j, [1, [2]], (1, (2,)),
+                                   {1, 2}, frozenset({3}), {"a": 1, 2: (3,)}, []])
+def test_wire_round_trip_keeps_builtin_types(value):
+    back = wire.decode(wire.encode(value))
+    assert back == value and type(back) is type(value)
+
+
+def test_wire_rejects_malformed_lines_and_opaque_values_equal_nothing():
+    for line in ['{"x": 1}', '{"s": [[1]]}', '{"d": [[[1], 2]]}', "[" * 100_000, "nope", '{"t": 1}']:
+        with pytest.raises(wire.WireError):
+            wire.decode(line)
+    opaque = wire.decode(wire.encode(object()))
+    assert isinstance(opaque, wire.Opaque) and opaque != opaque and not (opaque == 1)
