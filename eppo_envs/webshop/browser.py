@@ -124,8 +124,9 @@ def _is_dead(exc: BaseException) -> bool:
 class BrowserFrontend:
     """Plays commands in Chromium against this env's own server; one browser and one session per env."""
 
-    def __init__(self, world: ShopWorld) -> None:
+    def __init__(self, world: ShopWorld, exact_options: tuple[str, ...] = ()) -> None:
         self.world = world
+        self.exact_options = exact_options
         self.server: ShopServer | None = None
         self.browser: HeadlessChromium | None = None
         self.sid = ""
@@ -133,7 +134,7 @@ class BrowserFrontend:
 
     def _ensure_started(self) -> None:
         if self.server is None:
-            self.server = ShopServer(self.world)
+            self.server = ShopServer(self.world, exact_options=self.exact_options)
         if self.browser is None:
             self.browser = HeadlessChromium()
 
@@ -223,4 +224,4 @@ class WebShopBrowserEnv(WebShopEnv):
     """WebShop in headless Chromium: same observations, actions and rewards as `eppo/WebShop-v0`."""
 
     def _make_frontend(self) -> BrowserFrontend:
-        return BrowserFrontend(self.world)
+        return BrowserFrontend(self.world, self.exact_options)

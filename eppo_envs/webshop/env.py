@@ -41,12 +41,13 @@ class Frontend(Protocol):
 
 
 class TextFrontend:
-    def __init__(self, world: ShopWorld) -> None:
+    def __init__(self, world: ShopWorld, exact_options: tuple[str, ...] = ()) -> None:
         self.world = world
+        self.exact_options = exact_options
         self.session: ShopSession | None = None
 
     def start(self, goal: Goal) -> Page:
-        self.session = ShopSession(self.world, goal)
+        self.session = ShopSession(self.world, goal, self.exact_options)
         return self.session.page()
 
     def perform(self, command: Command) -> Page:
@@ -86,8 +87,11 @@ class WebShopEnv(AgentEnv):
         num_goals: int = 6_000,
         catalogue_seed: int = 0,
         retriever: str = "bm25s",
+        exact_size_options: bool = False,
     ) -> None:
         super().__init__(split, render_mode)
+        # WebShop matches sizes fuzzily ("pack of 2" ~ "pack of 3"); True makes size options count only if exact.
+        self.exact_options: tuple[str, ...] = ("size",) if exact_size_options else ()
         self.source = DataSource(items_path, attributes_path, human_instructions_path, num_products, num_goals,
                                  catalogue_seed, retriever)
         self.world = get_world(self.source)
@@ -96,7 +100,7 @@ class WebShopEnv(AgentEnv):
         self.page: Page | None = None
 
     def _make_frontend(self) -> Frontend:
-        return TextFrontend(self.world)
+        return TextFrontend(self.world, self.exact_options)
 
     # ------------------------------------------------------------------ AgentEnv hooks
     def num_instances(self, split: str) -> int:

@@ -7,11 +7,9 @@ the same expert drives the text env and the browser env, where the page is read 
 
 from __future__ import annotations
 
-from rapidfuzz import fuzz
-
 from eppo_envs.webshop.catalogue import Goal, Product
 from eppo_envs.webshop.pages import BACK_TO_SEARCH, BUY_NOW, NEXT_PAGE, PREV_PAGE, Page, clean
-from eppo_envs.webshop.reward import FUZZY_THRESHOLD, compute_reward, normalize_color
+from eppo_envs.webshop.reward import compute_reward, fuzzy_match, normalize_color
 from eppo_envs.webshop.world import ShopWorld
 
 
@@ -29,8 +27,7 @@ def choose_options(product: Product, goal: Goal) -> dict[str, str]:
             chosen[dim] = named
             continue
         for value in values:
-            if any(normalize_color(value) == normalize_color(w) or fuzz.token_set_ratio(value, w) > FUZZY_THRESHOLD
-                   for w in wanted):
+            if any(normalize_color(value) == normalize_color(w) or fuzzy_match(value, w) for w in wanted):
                 chosen[dim] = value
                 break
     return chosen

@@ -1,28 +1,48 @@
-"""WebShop's reward, as the original (`web_agent_site/engine/goal.py`) computes it; see DESIGN.md.
+"""WebShop's reward, as the original (`web_agent_site/engine/goal.py`, `get_reward`) computes it:
 
     R = (n_att + n_opt + [price <= cap]) / (|A| + |O| + 1) * r_type
 
-The original tags nouns with spaCy's large model; here a product name's nouns are its words that name product
-types in the catalogue (`Catalogue.type_words`), which is exact for the generated catalogue. Unlike the original
-the total is capped at 1.0: the original counts matches over the *purchased* options, so a product with more option
-dimensions than the goal could score above 1.
+- n_att: goal attributes matched by a product attribute (fuzzy), else found as a substring of the product's
+  title, features or description (lower-cased);
+- n_opt: goal options matched (fuzzy) by any chosen option value, both colour-normalised; one per goal option,
+  so n_opt <= |O|, and no text fallback (a "blue" goal is not met by a red speaker whose title says "Bluetooth");
+- r_type: 1, 0.5, 0.1 or 0 from query equality, category-path overlap and the overlap of nouns in the names.
+
+Fuzzy means thefuzz's `token_set_ratio(a, b) > 85` as the original scores it: both strings lower-cased, stripped
+of characters U+0080-U+00FF (thefuzz's `force_ascii`) and of punctuation, and the score rounded to an integer.
+The one deliberate difference: the original tags nouns with spaCy's large model; here a name's nouns are its
+words that name product types (`Catalogue.type_words`), which is exact for the generated catalogue.
+`exact_options=("size",)` matches those dimensions by exact (colour-normalised) value instead, as an older
+WebShop revision did; it is off by default (the original is fuzzy for sizes too).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
 from eppo_envs.webshop.catalogue import Goal, Product
 
-EXACT_MATCH_OPTIONS = ("size",)
 FUZZY_THRESHOLD = 85
-_COLOURS = ("black", "white", "gray", "grey", "red", "blue", "green", "yellow", "pink", "purple", "orange", "brown",
-            "beige", "navy", "gold", "silver", "teal", "burgundy", "clear")
+# WebShop's COLOR_SET (web_agent_site/engine/normalize.py), in its order: the first one found in a value wins.
+COLOR_SET = (
+    "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush", "bordeaux",
+    "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah", "chestnut",
+    "chocolate", "christmas", "coffee", "cognac", "copper", "coral", "cranberry", "cream", "crystal", "dark", "denim",
+    "eggplant", "elephant", "espresso", "fuchsia", "gold", "granite", "grape", "graphite", "grass", "gray", "green",
+    "grey", "heather", "indigo", "ivory", "ivy", "khaki", "lavender", "lemon", "leopard", "light", "lilac", "lime",
+    "magenta", "maroon", "mauve", "merlot", "midnight", "mint", "mocha", "multicolor", "mushroom", "mustard",
+    "natural", "navy", "nude", "olive", "orange", "peach", "pewter", "pink", "plum", "purple", "rainbow", "red",
+    "rose", "royal", "rust", "sand", "sapphire", "seashell", "silver", "skull", "slate", "steel", "stone",
+    "stonewash", "sunflower", "tan", "taupe", "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white",
+    "wine", "yellow",
+)
 _WORD = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*")
+_LATIN1 = {code: None for code in range(128, 256)}
+_NON_WORD = re.compile(r"\W")
 
 
 @dataclass(frozen=True)
@@ -38,21 +58,30 @@ class RewardInfo:
 
 
 def normalize_color(value: str) -> str:
-    """WebShop maps a colour option onto the base colour it names ("navy blue" and "blue" compare equal)."""
-    value = value.lower().strip()
-    words = value.split()
-    for colour in _COLOURS:
-        if colour in words:
-            return "gray" if colour == "grey" else colour
+    """The first WebShop colour contained in `value` (as a substring, case-sensitive, as the original), else
+    `value` itself: "navy blue" becomes "blue"... and so does "bluetooth", exactly as in WebShop."""
+    for colour in COLOR_SET:
+        if colour in value:
+            return colour
     return value
+
+
+def _process(text: str) -> str:
+    """thefuzz's `full_process(s, force_ascii=True)`: drop U+0080-U+00FF, punctuation to spaces, lower, strip."""
+    return _NON_WORD.sub(" ", text.translate(_LATIN1)).lower().strip()
+
+
+def fuzzy_score(a: str, b: str) -> int:
+    """thefuzz's `fuzz.token_set_ratio(a, b)`: rapidfuzz's score on processed strings, rounded as thefuzz does."""
+    return int(round(fuzz.token_set_ratio(a, b, processor=_process)))
+
+
+def fuzzy_match(a: str, b: str) -> bool:
+    return fuzzy_score(a, b) > FUZZY_THRESHOLD
 
 
 def nouns(text: str, type_words: frozenset[str]) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w in type_words}
-
-
-def _product_text(product: Product) -> tuple[str, str, str]:
-    return product.title.lower(), " ".join(product.features).lower(), product.description.lower()
 
 
 def type_reward(product: Product, goal: Goal, type_words: frozenset[str]) -> tuple[float, float, bool, bool]:
@@ -71,38 +100,35 @@ def type_reward(product: Product, goal: Goal, type_words: frozenset[str]) -> tup
 
 
 def attribute_matches(product: Product, goal_attributes: Iterable[str]) -> int:
-    texts = _product_text(product)
+    title, features, description = product.title.lower(), " ".join(product.features).lower(), \
+        product.description.lower()
     count = 0
     for wanted in goal_attributes:
-        if any(fuzz.token_set_ratio(have, wanted) > FUZZY_THRESHOLD for have in product.attributes):
+        if any(fuzzy_match(have, wanted) for have in product.attributes):
             count += 1
-        elif any(wanted.lower() in t for t in texts):
+        elif wanted in title or wanted in features or wanted in description:
             count += 1
     return count
 
 
-def option_matches(product: Product, goal_options: Iterable[str], chosen: Mapping[str, str]) -> int:
-    """Chosen options (dimension -> value) that match a goal option: exactly for sizes, fuzzily otherwise."""
-    wanted = [normalize_color(v) for v in goal_options]
-    texts = _product_text(product)
+def option_matches(goal_options: Iterable[str], chosen: dict[str, str], exact_options: Collection[str] = ()) -> int:
+    """Goal options (values) met by a chosen option value: at most one match per goal option."""
+    exact = {d.lower() for d in exact_options}
+    picked = [(dim.lower(), normalize_color(value)) for dim, value in chosen.items()]
     count = 0
-    for dim, value in chosen.items():
-        value = normalize_color(value)
-        if dim.lower() in EXACT_MATCH_OPTIONS:
-            matched = value in wanted
-        else:
-            matched = any(fuzz.token_set_ratio(g, value) > FUZZY_THRESHOLD for g in wanted)
-        if matched or any(value in t for t in texts):
+    for wanted in (normalize_color(v) for v in goal_options):
+        if any(value == wanted if dim in exact else fuzzy_match(value, wanted) for dim, value in picked):
             count += 1
     return count
 
 
-def compute_reward(product: Product, goal: Goal, chosen: Mapping[str, str], type_words: frozenset[str],
-                   price: float | None = None) -> RewardInfo:
+def compute_reward(product: Product, goal: Goal, chosen: dict[str, str], type_words: frozenset[str],
+                   price: float | None = None, exact_options: Collection[str] = ()) -> RewardInfo:
     price = product.price if price is None else price
     r_type, title_score, query_match, category_match = type_reward(product, goal, type_words)
     n_att = attribute_matches(product, goal.attributes)
-    n_opt = option_matches(product, goal.options.values(), chosen)
+    n_opt = option_matches(goal.options.values(), chosen, exact_options)
     price_ok = price <= goal.price_upper if goal.price_upper > 0 else True
-    total = (n_att + n_opt + int(price_ok)) / (len(goal.attributes) + len(goal.options) + 1) * r_type
-    return RewardInfo(min(total, 1.0), r_type, n_att, n_opt, price_ok, title_score, query_match, category_match)
+    total = (n_att + n_opt + price_ok) / (len(goal.attributes) + len(goal.options) + 1)
+    total *= r_type
+    return RewardInfo(total, r_type, n_att, n_opt, price_ok, title_score, query_match, category_match)

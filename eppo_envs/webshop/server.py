@@ -26,8 +26,9 @@ _MAX_BODY = 64 * 1024
 
 
 class ShopServer:
-    def __init__(self, world: ShopWorld, host: str = "127.0.0.1") -> None:
+    def __init__(self, world: ShopWorld, host: str = "127.0.0.1", exact_options: tuple[str, ...] = ()) -> None:
         self.world = world
+        self.exact_options = exact_options
         self.sessions: dict[str, ShopSession] = {}
         self._lock = threading.Lock()
         # The handler holds only a weak reference, so a forgotten server is collected and its finalizer stops it.
@@ -44,7 +45,7 @@ class ShopServer:
     def new_session(self, goal: Goal) -> str:
         sid = secrets.token_hex(8)
         with self._lock:
-            self.sessions[sid] = ShopSession(self.world, goal)
+            self.sessions[sid] = ShopSession(self.world, goal, self.exact_options)
         return sid
 
     def drop_session(self, sid: str) -> None:

@@ -31,9 +31,10 @@ def _text(text: str) -> Element:
 
 
 class ShopSession:
-    def __init__(self, world: ShopWorld, goal: Goal) -> None:
+    def __init__(self, world: ShopWorld, goal: Goal, exact_options: tuple[str, ...] = ()) -> None:
         self.world = world
         self.goal = goal
+        self.exact_options = exact_options  # option dimensions matched exactly by the reward (default: none)
         self.kind = "search"
         self.results: list[str] = []
         self.page_num = 1
@@ -90,7 +91,8 @@ class ShopSession:
         self.kind = button.text.lower()
 
     def _buy(self, button: Element) -> None:
-        self.reward_info = compute_reward(self.product, self.goal, self.options, self.world.catalogue.type_words)
+        self.reward_info = compute_reward(self.product, self.goal, self.options, self.world.catalogue.type_words,
+                                          exact_options=self.exact_options)
         self.kind = "done"
 
     _CLICKS: dict[str, Callable[[ShopSession, Element], None]] = {
