@@ -154,3 +154,50 @@ def test_a_browser_that_cannot_restart_gives_a_clear_error(monkeypatch):
             env.step("<action>search[tea]</action>")
     finally:
         env.close()
+
+
+_OWNER = """
+import os, sys, time
+import eppo_envs, eppo_envs.webshop
+env = eppo_envs.make("eppo/WebShop-Browser-v0")
+env.reset(seed=0)
+browser = env.unwrapped.frontend.browser
+driver_pid = browser.driver.service.process.pid
+print(browser.profile_dir, driver_pid, browser._reaper.process.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return not Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_of_the_owner_leaves_no_browser_process():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        profile, driver_pid, reaper_pid = owner.stdout.readline().split()
+        before = _chromium_pids(profile)
+        assert len(before) >= 3 and _alive(int(driver_pid)), before  # Chromium's processes and chromedriver
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 5.0  # "nothing survives the owner by more than a few seconds"
+        while time.monotonic() < deadline and (_chromium_pids(profile) or _alive(int(driver_pid))):
+            time.sleep(0.1)
+        assert _chromium_pids(profile) == [] and not _alive(int(driver_pid))
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and _alive(int(reaper_pid)):
+            time.sleep(0.1)
+        assert not _alive(int(reaper_pid))  # the reaper itself is gone too
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()

@@ -21,6 +21,7 @@ from eppo_envs.webshop.catalogue import Goal
 from eppo_envs.webshop.env import WebShopEnv
 from eppo_envs.webshop.html import FIND_BUTTON_JS, READ_PAGE_JS, page_from_dom
 from eppo_envs.webshop.pages import Command, Page, clean
+from eppo_envs.webshop.reaper import Reaper
 from eppo_envs.webshop.server import ShopServer
 from eppo_envs.webshop.world import ShopWorld
 
@@ -36,6 +37,11 @@ PAGE_TIMEOUT_S = 20
 
 class BrowserError(RuntimeError):
     """Headless Chromium is missing, died and could not be restarted, or stopped answering."""
+
+
+def _stop_all(driver_box: list, profile_dir: str, reaper: Reaper) -> None:
+    _stop(driver_box, profile_dir)
+    reaper.close()  # sweeps anything of this browser still tagged, then exits
 
 
 def _stop(driver_box: list, profile_dir: str) -> None:
@@ -62,8 +68,9 @@ class HeadlessChromium:
                                f"{CHROMEDRIVER}); install them with scripts/install.sh or use eppo/WebShop-v0")
         self.profile_dir = tempfile.mkdtemp(prefix="eppo-webshop-chromium-")
         self._box: list = []
+        self._reaper = Reaper(self.profile_dir)  # kills chromedriver and Chromium if this process dies without closing them
         # Runs on close(), on garbage collection and at interpreter exit, whichever comes first.
-        self._finalizer = weakref.finalize(self, _stop, self._box, self.profile_dir)
+        self._finalizer = weakref.finalize(self, _stop_all, self._box, self.profile_dir, self._reaper)
         self._launch()
 
     def _launch(self) -> None:
@@ -78,7 +85,7 @@ class HeadlessChromium:
         os.makedirs(self.profile_dir, exist_ok=True)
         options.add_argument(f"--user-data-dir={self.profile_dir}")
         try:
-            driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+            driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=self._reaper.env()), options=options)
         except Exception as exc:
             raise BrowserError(f"could not start headless Chromium: {type(exc).__name__}: {exc}") from exc
         driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S
