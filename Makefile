@@ -21,6 +21,9 @@ test: install lint  ## the default suite (minutes): lint + unit, conformance and
 test-slow: install  ## the slow checks: real default model, full expert sweeps, the quick study
 	$(PYTEST) -q -m slow
 
+test-browser: install  ## only the headless-Chromium checks (WebShop-Browser; also part of `make test` when chromium is installed)
+	$(PYTEST) -q -m browser
+
 test-gpu: install  ## checks that need a CUDA GPU
 	$(PYTEST) -q -m gpu
 

@@ -9,6 +9,7 @@ import time
 from importlib import import_module
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import eppo_envs
@@ -45,7 +46,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     env = eppo_envs.make(resolve(args.env_id))
     obs, info = env.reset(seed=args.seed, options={"split": args.split} if args.split else None)
-    console.print(f"[bold]{info['instance_id']}[/bold]")
+    console.print(f"[bold]{escape(info['instance_id'])}[/bold]")
     print(first_prompt(obs, info))
     if info.get("admissible_actions"):
         print("\nAdmissible actions:", ", ".join(info["admissible_actions"]))
@@ -62,7 +63,8 @@ def cmd_play(args: argparse.Namespace) -> int:
     total = 0.0
     while True:
         if info.get("admissible_actions"):
-            console.print("[dim]actions: " + ", ".join(info["admissible_actions"]) + "[/dim]")
+            # escaped: WebShop's actions look like markup ("click[back to search]") and rich would eat them
+            console.print("[dim]actions: " + escape(", ".join(info["admissible_actions"])) + "[/dim]")
         try:
             line = input("> ")
         except (EOFError, KeyboardInterrupt):
@@ -131,7 +133,7 @@ def cmd_expert(args: argparse.Namespace) -> int:
         f"mean steps {result['mean_steps']:.1f}, {result['steps_per_s']:.1f} steps/s over {args.episodes} episodes"
     )
     if result["lost"]:
-        console.print(f"lost: {', '.join(result['lost'][:20])}")
+        console.print(f"lost: {escape(', '.join(result['lost'][:20]))}")
     return 0
 
 
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (KeyError, ValueError, ModuleNotFoundError) as exc:
         # User errors (unknown id, bad split, missing plugin) get one line, not a traceback.
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
 
 

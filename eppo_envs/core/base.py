@@ -56,6 +56,7 @@ class AgentEnv(gym.Env[str, str]):
         self.action_space = action_space()
         self.instance: Instance | None = None
         self._last_observation = ""
+        self._ended = False  # the current episode terminated: step() needs a reset() first
 
     # ----------------------------------------------------------------- hooks a task implements
     def num_instances(self, split: str) -> int:
@@ -92,7 +93,7 @@ class AgentEnv(gym.Env[str, str]):
         if count <= 0:
             raise ValueError(f"{self.task}: split {split!r} has no instances")
         if "index" in options:
-            index = int(options["index"]) % count
+            index = _as_index(options["index"], self.task) % count
         elif seed is not None:
             index = int(seed) % count
         else:
@@ -109,12 +110,16 @@ class AgentEnv(gym.Env[str, str]):
             **extra,
         }
         self._last_observation = to_printable(observation)
+        self._ended = False
         return self._last_observation, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.instance is None:
             raise ResetNeeded("call reset() before step()")
+        if self._ended:  # as Gymnasium: a terminated episode takes no more steps
+            raise ResetNeeded(f"{self.task}: the episode has terminated; call reset() before step()")
         result = self.transition(clip(action))
+        self._ended = bool(result.terminated)
         info = {
             "task": self.task,
             "instance_id": self.instance.instance_id,
@@ -139,6 +144,16 @@ class AgentEnv(gym.Env[str, str]):
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"{self.task}: unknown split {split!r}; choose one of {list(self.splits)}")
+
+
+def _as_index(value: Any, task: str) -> int:
+    """The `index` reset option as an int, or one clear error naming the option."""
+    if isinstance(value, bool):
+        raise ValueError(f"{task}: reset option 'index' must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{task}: reset option 'index' must be an integer, got {value!r}") from None
 
 
 def first_prompt(observation: str, info: dict[str, Any]) -> str:

@@ -160,8 +160,12 @@ def check_malformed(env_id: str, count: int = 500, seed: int = 0, **kwargs) -> N
         env.close()
 
 
-def check_all(env_id: str, **kwargs) -> None:
-    check_gymnasium(env_id, **kwargs)
-    check_determinism(env_id, **kwargs)
-    check_expert(env_id, **kwargs)
-    check_malformed(env_id, **kwargs)
+def check_all(env_id: str, verbose: bool = True, **kwargs) -> tuple[str, ...]:
+    """Run every check (the first failure raises ConformanceError); on success say so and return their names."""
+    checks = {"gymnasium": check_gymnasium, "determinism": check_determinism, "expert": check_expert,
+              "malformed": check_malformed}
+    for check in checks.values():
+        check(env_id, **kwargs)
+    if verbose:
+        print(f"{env_id}: conformance OK ({', '.join(checks)})")
+    return tuple(checks)

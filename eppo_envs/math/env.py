@@ -70,7 +70,7 @@ class MathToolEnv(AgentEnv):
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict]:
         self.problem = self._problem_sets[split][index]
         self.tool_calls = 0
-        self.last_output: str | None = None
+        self.solver_output: str | None = None  # what the expert's own solver printed (None: not run yet)
         instruction = (
             "Solve the math problem. You may run Python (numpy and sympy are available) by writing "
             f"<python>code</python>; what it prints comes back in <output>...</output>. You can run code up to "
@@ -97,7 +97,9 @@ class MathToolEnv(AgentEnv):
             return self.invalid(f"no Python runs left (limit {self.max_tool_calls}); give your final answer.")
         self.tool_calls += 1
         result = self.sandbox.run(call.content)
-        self.last_output = result.stdout.strip() if result.ok else None
+        if call.content.strip() == self.problem.solver.strip() and result.ok:
+            # only the expert's own computation may feed its answer, never another call's output
+            self.solver_output = result.stdout.strip()
         left = self.max_tool_calls - self.tool_calls
         return StepResult(
             format_output(result) + f"\n({left} Python run{'s' if left != 1 else ''} left)",
@@ -111,8 +113,9 @@ class MathToolEnv(AgentEnv):
         return StepResult(verdict, reward=float(correct), terminated=True, won=correct, info={"answer": final[:200]})
 
     def expert_action(self) -> str:
-        """Compute the answer with the tool first (so the tool path is exercised), then answer with its output."""
+        """Compute the answer with the tool first (so the tool path is exercised), then answer with what that
+        computation printed; whatever else ran before (the user's own calls) does not count."""
         assert self.problem is not None
-        if self.last_output is None and self.tool_calls < self.max_tool_calls:
+        if self.solver_output is None and self.tool_calls < self.max_tool_calls:
             return f"<python>\n{self.problem.solver}\n</python>"
-        return f"<answer>{self.last_output or self.problem.answer}</answer>"
+        return f"<answer>{self.solver_output or self.problem.answer}</answer>"

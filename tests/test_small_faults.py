@@ -1,0 +1,80 @@
+"""Small faults found while attacking the envs (issue #14), each pinned by a test."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gymnasium.error import ResetNeeded
+
+import eppo_envs
+import eppo_envs.example.guess_number  # noqa: F401  (registers example/GuessNumber-v0)
+from eppo_envs.core import conformance
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_bwrap = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+
+
+@needs_bwrap
+def test_readme_math_example_expert_wins_after_the_users_own_tool_call():
+    env = eppo_envs.make("eppo/MathTool-v0")
+    env.reset(seed=0)
+    obs, *_ = env.step("<python>print(6 * 7)</python>")  # as the README: the user's call prints 42
+    assert "42" in obs
+    for _ in range(3):
+        obs, reward, terminated, _, info = env.step(env.unwrapped.expert_action())
+        if terminated:
+            break
+    assert terminated and info["won"] and reward == 1.0, obs
+
+
+def test_webshop_play_shows_bracketed_actions():
+    proc = subprocess.run([sys.executable, "-m", "eppo_envs.cli", "play", "eppo/WebShop-v0", "--seed", "0"],
+                          input="expert\nquit\n", capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    listed = [line for line in proc.stdout.splitlines() if line.startswith("actions: ")]
+    assert len(listed) == 2 and "search[" in listed[0], listed  # the search page, then the results page
+    assert "click[back to search]" in listed[1] and "click[next >]" in listed[1], listed[1]
+
+
+def test_readme_alfworld_validation_count_matches_the_env():
+    readme = (ROOT / "README.md").read_text()
+    counts = {int(n) for n in re.findall(r"100% of (\d+) `valid_(?:un)?seen`", readme)}
+    env = eppo_envs.make("eppo/ALFWorld-v0")
+    assert counts == {env.unwrapped.num_instances("valid_seen")} == {env.unwrapped.num_instances("valid_unseen")}
+
+
+@pytest.mark.parametrize("value", ["abc", None, [1], True])
+def test_a_bad_index_option_names_the_option(value):
+    env = eppo_envs.make("example/GuessNumber-v0")
+    with pytest.raises(ValueError, match=r"reset option 'index' must be an integer"):
+        env.reset(options={"index": value})
+    assert env.reset(options={"index": "3"})[1]["instance_id"] == env.reset(options={"index": 3})[1]["instance_id"]
+
+
+def test_step_after_the_episode_ended_asks_for_reset():
+    env = eppo_envs.make("example/GuessNumber-v0")
+    env.reset(seed=0)
+    terminated = False
+    while not terminated:
+        _, _, terminated, _, _ = env.step(env.unwrapped.expert_action())
+    with pytest.raises(ResetNeeded, match=r"call reset\(\)"):
+        env.step("<answer>1</answer>")
+    env.reset(seed=1)
+    env.step("<answer>1</answer>")  # a new episode steps again
+
+
+def test_make_help_lists_every_phony_target():
+    makefile = (ROOT / "Makefile").read_text()
+    phony = set(re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split())
+    helped = set(re.findall(r"^([a-z-]+):.*## ", makefile, re.M))
+    assert phony == helped, phony ^ helped
+
+
+def test_check_all_says_so_on_success(capsys):
+    assert conformance.check_all("example/GuessNumber-v0") == ("gymnasium", "determinism", "expert", "malformed")
+    assert capsys.readouterr().out.strip() == \
+        "example/GuessNumber-v0: conformance OK (gymnasium, determinism, expert, malformed)"
