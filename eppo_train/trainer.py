@@ -137,6 +137,7 @@ class Trainer:
             if latest is None:
                 raise RunError(f"nothing to resume in {self.run_dir} (no checkpoint yet)")
             state = json.loads((latest / "trainer.json").read_text())
+            print(f"resuming {self.run_dir} from {latest.name}: continuing at step {int(state['step']) + 1} of {self.cfg.run.iterations}", flush=True)  # noqa: E501
             return int(state["step"]), int(state["metrics_offset"])
         if (self.run_dir / "metrics.jsonl").exists() or (self.run_dir / "checkpoints").exists():
             if not self.cfg.run.overwrite:
