@@ -235,3 +235,57 @@ def test_bad_configuration_is_a_clear_error():
         Sandbox(SandboxConfig(packages=("no_such_package_xyz",)))
     with pytest.raises(ValueError, match="wall_s"):
         Limits(wall_s=0)
+
+
+SERVER = """
+import os, sys
+req, rep = int(sys.argv[1]), int(sys.argv[2])
+print("hello on stdout")
+buf = b""
+while True:
+    chunk = os.read(req, 4096)
+    if not chunk:
+        break
+    buf += chunk
+    while b"\\n" in buf:
+        line, buf = buf.split(b"\\n", 1)
+        os.write(rep, line[::-1] + b"\\n")
+"""
+
+
+def test_session_talks_line_by_line_and_keeps_output_apart(box):
+    with box.open(SERVER) as session:
+        session.send(b"abc", 2.0)
+        assert session.receive(2.0) == b"cba"
+        session.send(b"x" * 200_000, 2.0)  # larger than a pipe buffer: written while replies are read
+        assert session.receive(2.0) == b"x" * 200_000
+    result = session.close()
+    assert result.reason == "ok" and result.stdout == "hello on stdout\n"
+
+
+def test_session_deadlines_and_an_exiting_program(box):
+    from eppo_envs.tools.sandbox.session import SessionClosed
+
+    with box.open("import time\ntime.sleep(30)") as session:
+        with pytest.raises(SessionClosed):
+            session.receive(0.3)  # no reply in time; the session itself stays usable until closed
+    assert session.close().wall_s < 2.5
+    with box.open("import os\nos._exit(0)") as session:
+        with pytest.raises(SessionClosed):
+            session.receive(2.0)
+
+
+def test_session_leaves_nothing_running(box):
+    marker = "987655.321"
+    code = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        subprocess.Popen(["/usr/bin/sleep", "{marker}"], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.write(int(sys.argv[2]), b"ok\\n")
+        time.sleep(60)
+    """)
+    with box.open(code) as session:
+        assert session.receive(3.0) == b"ok"
+        assert processes_with(marker)  # the daemon runs while the session is open
+    assert processes_with(marker) == []
+    assert_still_works(box)
