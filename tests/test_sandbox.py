@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -286,6 +287,9 @@ def test_session_leaves_nothing_running(box):
     """)
     with box.open(code) as session:
         assert session.receive(3.0) == b"ok"
+        deadline = time.monotonic() + 3.0
+        while not processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert processes_with(marker)  # the daemon runs while the session is open
     assert processes_with(marker) == []
     assert_still_works(box)
