@@ -102,7 +102,7 @@ class CandidateError(Exception):
 
 class _Budget:
     def __init__(self, seconds: float) -> None:
-        self.left = seconds
+        self.total = self.left = seconds
 
     def spend(self, start: float) -> None:
         self.left -= time.monotonic() - start
@@ -127,8 +127,8 @@ class _Remote:
             line = self.session.receive(max(self.budget.left - (time.monotonic() - start), 0.0))
         except SessionClosed as exc:
             self.budget.spend(start)
-            self.dead = "Timed out (the limit is the whole problem's time)" if self.budget.left <= 0 else \
-                f"Your program stopped answering: {exc}"
+            self.dead = f"Timed out: more than {self.budget.total:g} s in all for this problem's tests" \
+                if self.budget.left <= 0 else f"Your program stopped answering: {exc}"
             raise CandidateError(self.dead) from None
         self.budget.spend(start)
         try:
@@ -257,7 +257,8 @@ def _load(session: SandboxSession, budget: _Budget) -> str:
         line = session.receive(budget.left)
     except SessionClosed:
         budget.spend(start)
-        return "Timed out while loading your code." if budget.left <= 0 else "Your code exited while loading."
+        return f"Timed out while loading your code (limit {budget.total:g} s)." if budget.left <= 0 else \
+            "Your code exited while loading."
     budget.spend(start)
     try:
         reply = wire.decode(line)
