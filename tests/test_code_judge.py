@@ -178,7 +178,7 @@ def _printing(problem, per_call: int = 2048) -> str:
             f"def {entry}(*args):\n    print('x' * {per_call - 1})\n    return _eppo_real(*args)\n")
 
 
-@pytest.mark.parametrize("number", [0, 12, 32, 53, 99, 129, 151, 163])
+@pytest.mark.parametrize("number", [0, 12, 32, 53, 63, 99, 129, 151, 163])  # 63: recursive, prints > 8 MB
 def test_correct_solution_that_prints_still_passes(envs, number):
     obs, reward, *_ = _step(envs["test"], number, _printing(humaneval_problems()[number]))
     assert reward == 1.0, obs

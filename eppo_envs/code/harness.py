@@ -22,7 +22,7 @@ import random
 import time
 import traceback
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -218,7 +218,10 @@ def run_tests(sandbox: Sandbox, solution: str, tests: str, entry_point: str, tot
     check = _check_def(tests)
     budget = _Budget(time_limit_s)
     passed, failure = 0, ""
-    with sandbox.open(server_program(solution, entry_point)) as session:
+    # Output never decides a verdict, so a solution that prints a lot is not killed for it (Sandbox.run would
+    # stop at output_kill_bytes); the time limit bounds how much it can print, and only the first bytes are kept.
+    limits = replace(sandbox.limits, output_kill_bytes=max(sandbox.limits.output_kill_bytes, 1 << 40))
+    with sandbox.open(server_program(solution, entry_point), limits) as session:
         loaded = _load(session, budget)
         if loaded:
             failure = loaded
