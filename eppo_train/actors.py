@@ -4,12 +4,19 @@ The trainer only sees `Workers`: `.policy` (a `PolicyBackend` the rollout sample
 `sync_weights()` (learner -> generator, every iteration), `save`/`load` (checkpoints) and `close`. In Ray mode
 `.policy` is a thin proxy whose `generate` calls the generator actor, so `run_rollout` is the same code either way,
 and weights travel learner -> object store -> generator without passing through the driver.
+
+On a cluster nothing assumes a shared filesystem: a model given as a folder on the driver travels to the actors
+through the object store (each writes it to a node-local temp folder), and checkpoints come back the same way into
+the driver's run directory. Placement follows `ray.*` resources (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,6 +33,34 @@ def _threads(n: int | None) -> None:
     torch.set_num_threads(max(1, n or os.cpu_count() or 1))
 
 
+def folder_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """Every file under `path`, by relative path: a model or checkpoint folder as one object-store value."""
+    root = Path(path)
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+
+
+def write_files(files: Mapping[str, bytes], dest: str | os.PathLike[str]) -> Path:
+    root = Path(dest)
+    for rel, data in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return root
+
+
+def _node_local(files: Mapping[str, bytes] | None, prefix: str) -> str | None:
+    """Write shipped files into a fresh node-local folder (removed with the process's temp files by the OS)."""
+    if files is None:
+        return None
+    return str(write_files(files, tempfile.mkdtemp(prefix=prefix)))
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
 def engine_spec(cfg: Config) -> EngineSpec:
     """The generation engine a run samples with (`model.backend`, its dtype, the sequence limit)."""
     m = cfg.model
@@ -36,17 +71,23 @@ def engine_spec(cfg: Config) -> EngineSpec:
 class GeneratorWorker:
     """Hosts the sampling copy of the model: a vLLM engine or an HFPolicy (`model.backend`)."""
 
-    def __init__(self, spec: EngineSpec, threads: int | None = None) -> None:
+    def __init__(self, spec: EngineSpec, threads: int | None = None,
+                 model_files: Mapping[str, bytes] | None = None) -> None:
         _threads(threads)
-        self.policy = make_engine(spec)
+        local = _node_local(model_files, "eppo-gen-model-")
+        self.policy = make_engine(replace(spec, model=local) if local else spec)
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
                  budgets: Sequence[int] | None = None) -> list[Generation]:
         return self.policy.generate(prompts, params, budgets=budgets)
 
     def update_weights(self, state: Mapping[str, torch.Tensor]) -> int:
+        """Load the learner's tensors (vLLM passes them on through a node-local file); returns their bytes."""
         self.policy.update_weights(state)
-        return len(state)
+        return sum(t.numel() * t.element_size() for t in state.values())
+
+    def node_id(self) -> str:
+        return _node_id()
 
     def close(self) -> None:
         """Stop the engine (vLLM's engine-core process) before the actor goes."""
@@ -56,8 +97,12 @@ class GeneratorWorker:
 class LearnerWorker:
     """Hosts the Learner; takes plain config data so that it pickles into an actor without surprises."""
 
-    def __init__(self, cfg_data: dict, threads: int | None = None) -> None:
+    def __init__(self, cfg_data: dict, threads: int | None = None,
+                 model_files: Mapping[str, bytes] | None = None) -> None:
         _threads(threads)
+        local = _node_local(model_files, "eppo-learner-model-")
+        if local:
+            cfg_data = {**cfg_data, "model": {**cfg_data["model"], "name": local}}
         self.learner = Learner(from_dict(cfg_data))
 
     def train_step(self, samples: list[Sample]) -> StepReport:
@@ -73,6 +118,25 @@ class LearnerWorker:
         self.learner.load(Path(path))
         return self.learner.step
 
+    def save_files(self) -> dict[str, bytes]:
+        """A checkpoint as files, for a driver on another node (no shared filesystem needed)."""
+        tmp = tempfile.mkdtemp(prefix="eppo-ckpt-")
+        try:
+            self.learner.save(Path(tmp))
+            return folder_files(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def load_files(self, files: Mapping[str, bytes]) -> int:
+        tmp = tempfile.mkdtemp(prefix="eppo-ckpt-")
+        try:
+            return self.load(str(write_files(files, tmp)))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def node_id(self) -> str:
+        return _node_id()
+
 
 class RemotePolicy(PolicyBackend):
     """A PolicyBackend whose `generate` runs in the generator actor; the tokenizer stays in the driver."""
@@ -81,10 +145,15 @@ class RemotePolicy(PolicyBackend):
         import ray
 
         self._ray, self.handle, self.tokenizer = ray, handle, tokenizer
+        self.sent_bytes = 0  # prompts out, generations back, since the owner last read it
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
                  budgets: Sequence[int] | None = None) -> list[Generation]:
-        return self._ray.get(self.handle.generate.remote(list(prompts), params, budgets))
+        from eppo_train.envpool import wire_bytes
+
+        out = self._ray.get(self.handle.generate.remote(list(prompts), params, budgets))
+        self.sent_bytes += wire_bytes((list(prompts), params, budgets)) + wire_bytes(out)
+        return out
 
     def update_weights(self, state_dict: Mapping[str, object]) -> None:
         self._ray.get(self.handle.update_weights.remote(state_dict))
@@ -114,34 +183,86 @@ class LocalWorkers:
         self.policy.close()
 
 
+def _driver_folder(name: str) -> str | None:
+    """The model folder when `name` is a path on the driver (aliases such as "tiny" resolve on each node)."""
+    from eppo_train.policy.models import DEFAULT_ALIASES, TINY_MODEL_NAME, resolve_model
+
+    if name.lower() in {a.lower() for a in (*DEFAULT_ALIASES, "tiny", TINY_MODEL_NAME)}:
+        return None
+    return resolve_model(name) if Path(name).expanduser().exists() else None
+
+
+def local_resources(cfg: Config) -> dict[str, float]:
+    """The custom resources a one-machine Ray must offer for every actor of this config to be placed."""
+    r = cfg.ray
+    need: dict[str, float] = {}
+    for wanted, times in ((r.resources_per_worker, max(1, cfg.env.num_workers)), (r.generator_resources, 1),
+                          (r.learner_resources, 1)):
+        for name, amount in wanted.items():
+            need[name] = need.get(name, 0.0) + amount * times
+    return need
+
+
 class RayWorkers:
-    """A generator actor and a learner actor (each may sit on any node of the cluster)."""
+    """A generator actor and a learner actor, placed by `ray.*` resources on any node of the cluster."""
 
     def __init__(self, cfg: Config) -> None:
         import ray
 
+        from eppo_train.envpool import check_resources
         from eppo_train.policy.models import load_tokenizer
 
         self._ray = ray
-        gpu = 1 if torch.cuda.is_available() else 0
-        gen_cls = ray.remote(num_cpus=cfg.ray.actor_cpus, num_gpus=gpu * 0.5)(GeneratorWorker)
-        learner_cls = ray.remote(num_cpus=cfg.ray.actor_cpus, num_gpus=gpu * 0.5)(LearnerWorker)
-        self.gen = gen_cls.remote(engine_spec(cfg), cfg.ray.torch_threads)
-        self.learner = learner_cls.remote(to_dict(cfg), cfg.ray.torch_threads)
-        self.policy: PolicyBackend = RemotePolicy(self.gen, load_tokenizer(cfg.model.name))
+        r = cfg.ray
+        check_resources("ray.generator_resources", r.generator_resources)
+        check_resources("ray.learner_resources", r.learner_resources)
+        # The driver may be a CPU-only head: whether to ask for GPUs is the cluster's answer, not the driver's.
+        gpus = r.num_gpus if r.num_gpus is not None else (0.5 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0)
+        folder = _driver_folder(cfg.model.name)
+        data = folder_files(folder) if folder else {}
+        self.model_bytes = sum(len(v) for v in data.values())
+        files = ray.put(data) if data else None  # one copy in the object store for both actors
+        del data
+        gen_cls = ray.remote(GeneratorWorker).options(num_cpus=r.actor_cpus, num_gpus=gpus,
+                                                      resources=r.generator_resources)
+        learner_cls = ray.remote(LearnerWorker).options(num_cpus=r.actor_cpus, num_gpus=gpus,
+                                                        resources=r.learner_resources)
+        self.gen = gen_cls.remote(engine_spec(cfg), r.torch_threads, files)
+        self.learner = learner_cls.remote(to_dict(cfg), r.torch_threads, files)
+        self.policy: RemotePolicy = RemotePolicy(self.gen, load_tokenizer(cfg.model.name))
+        self.sent = {"samples": 0, "weights": 0, "checkpoint": 0}
 
     def train(self, samples: list[Sample]) -> StepReport:
-        return self._ray.get(self.learner.train_step.remote(samples))
+        from eppo_train.envpool import wire_bytes
+
+        report = self._ray.get(self.learner.train_step.remote(samples))
+        self.sent["samples"] += wire_bytes(samples) + wire_bytes(report)
+        return report
 
     def sync_weights(self) -> None:
         # The weights' ObjectRef is passed on, not fetched: the generator reads them from the object store.
-        self._ray.get(self.gen.update_weights.remote(self.learner.weights.remote()))
+        self.sent["weights"] += self._ray.get(self.gen.update_weights.remote(self.learner.weights.remote()))
 
     def save(self, path: Path) -> None:
-        self._ray.get(self.learner.save.remote(str(path)))
+        # Written by the driver, from files the learner sends: its node need not see the driver's disk.
+        files = self._ray.get(self.learner.save_files.remote())
+        self.sent["checkpoint"] += sum(len(v) for v in files.values())
+        write_files(files, path)
 
     def load(self, path: Path) -> int:
-        return self._ray.get(self.learner.load.remote(str(path)))
+        return self._ray.get(self.learner.load_files.remote(folder_files(path)))
+
+    def placement(self) -> dict[str, str]:
+        """The node id of the generator and of the learner."""
+        gen, learner = self._ray.get([self.gen.node_id.remote(), self.learner.node_id.remote()])
+        return {"generator": gen, "learner": learner}
+
+    def traffic(self) -> dict[str, int]:
+        """Bytes per kind since the last call (then the counts start again)."""
+        out = {**self.sent, "generate": self.policy.sent_bytes}
+        self.sent = dict.fromkeys(self.sent, 0)
+        self.policy.sent_bytes = 0
+        return out
 
     def close(self) -> None:
         try:  # let the generator stop its engine process first; ray.kill alone would orphan it
@@ -157,3 +278,22 @@ class RayWorkers:
 
 def make_workers(cfg: Config) -> LocalWorkers | RayWorkers:
     return RayWorkers(cfg) if cfg.ray.enabled else LocalWorkers(cfg)
+
+
+def network_metrics(pool, workers) -> dict[str, float]:
+    """What crossed process (and, on a cluster, node) boundaries this iteration, in bytes; {} in local mode."""
+    if not isinstance(workers, RayWorkers):
+        return {}
+    out = {f"net_{k}_bytes": float(v) for k, v in workers.traffic().items()}
+    traffic = getattr(pool, "traffic", None)
+    out["net_env_bytes"] = float(traffic()) if callable(traffic) else 0.0
+    out["net_bytes"] = sum(out.values())
+    return out
+
+
+def placement(pool, workers) -> dict:
+    """Which node runs what (written to the run directory as placement.json in Ray mode)."""
+    if not isinstance(workers, RayWorkers):
+        return {}
+    where = getattr(pool, "placement", None)
+    return {"driver": _node_id(), "env_workers": where() if callable(where) else [], **workers.placement()}

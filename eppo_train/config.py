@@ -144,6 +144,13 @@ class RayConfig:
     num_cpus: int | None = None  # logical CPUs of a local Ray; None: enough for every actor (phases alternate)
     actor_cpus: float = 1.0  # Ray CPU share of the generator and of the learner actor
     torch_threads: int | None = None  # threads per actor; None: every core (generation and learning alternate)
+    # Placement on a cluster (docs/cluster.md): Ray resources each actor asks for. A custom resource such as
+    # {"env": 1} puts env workers only on nodes started with `--resources '{"env": N}'` (N workers fit there).
+    resources_per_worker: dict[str, float] = field(default_factory=dict)  # each env worker's custom resources
+    cpus_per_worker: float | None = None  # each env worker's CPU share; None: min(1, cluster CPUs / workers)
+    generator_resources: dict[str, float] = field(default_factory=dict)  # the generator actor's custom resources
+    learner_resources: dict[str, float] = field(default_factory=dict)  # the learner actor's custom resources
+    num_gpus: float | None = None  # GPUs of the generator and of the learner; None: 0.5 each if the cluster has GPUs
 
 
 @dataclass

@@ -5,12 +5,16 @@ runs the same task again, so expensive envs (ALFWorld, WebShop) are built once. 
 `EnvSpec`s, so any task registered in the driver (built-in or a user's) is made the same way in a worker.
 
 A dead Ray worker is replaced and its episodes are rebuilt by resetting on the same `(split, seed)` and replaying the
-actions taken so far: EPPO envs are deterministic, so the rollout goes on as if nothing had happened.
+actions taken so far: EPPO envs are deterministic, so the rollout goes on as if nothing had happened. The same holds
+when a whole node goes: its workers' calls fail, the replacements are scheduled on the nodes that are left (any node
+offering the workers' resources, e.g. `{"env": 1}`), and their episodes are replayed there.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -20,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 import eppo_envs  # noqa: F401  (registers the built-in tasks)
+from eppo_train.config import ConfigError
 
 StepOut = tuple[str, float, bool, bool, dict[str, Any]]
 
@@ -94,6 +99,12 @@ class EnvHost:
             self.step([(job.slot, a) for a in actions])
         return len(items)
 
+    def node_id(self) -> str:
+        """The Ray node this host runs on (placement checks and docs/cluster.md)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def close(self) -> None:
         for _, env in self.envs.values():
             env.close()
@@ -143,8 +154,13 @@ class LocalEnvPool(EnvPool):
         self.host.close()
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to a cluster at `address`, or start a local Ray (token auth off: a local run has no secrets)."""
+def init_ray(address: str | None = None, num_cpus: int | None = None,
+             resources: dict[str, float] | None = None) -> None:
+    """Connect to a cluster at `address`, or start a local Ray (token auth off: a local run has no secrets).
+
+    `resources`: custom resources a local Ray offers, so that a config written for a cluster ({"env": 1} per env
+    worker) also runs on one machine. A cluster's nodes declare their own (`ray start --resources`).
+    """
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
@@ -154,7 +170,30 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        ray.init(num_cpus=num_cpus, resources=resources or None, include_dashboard=False, **kwargs)
+
+
+class PlacementError(ConfigError):
+    """Actors ask for a resource no node of the cluster offers (they would wait forever): one line, fit to print."""
+
+
+def check_resources(what: str, wanted: dict[str, float]) -> None:
+    """Fail fast, naming the key, when `wanted` asks for a custom resource the cluster does not have at all."""
+    import ray
+
+    offered = ray.cluster_resources()
+    for name, amount in wanted.items():
+        if offered.get(name, 0.0) < amount:
+            custom = sorted(k for k in offered if k not in {"CPU", "GPU", "memory", "object_store_memory"}
+                            and not k.startswith("node:"))
+            raise PlacementError(f"{what} asks for {amount:g} {name!r} but the cluster offers "
+                                 f"{offered.get(name, 0.0):g} (custom resources: {', '.join(custom) or 'none'}); "
+                                 f"start nodes with ray start --resources '{{\"{name}\": N}}'")
+
+
+def wire_bytes(value: Any) -> int:
+    """Roughly what Ray sends for `value` (it pickles task arguments and results the same way)."""
+    return len(pickle.dumps(value, protocol=5))
 
 
 @dataclass
@@ -175,7 +214,9 @@ class RayEnvPool(EnvPool):
         address: str | None = None,
         env_kwargs: dict[str, dict[str, Any]] | None = None,
         cpus_per_worker: float | None = None,
+        resources: dict[str, float] | None = None,
         max_restarts: int = 3,
+        respawn_timeout_s: float = 300.0,
     ) -> None:
         import ray
 
@@ -185,15 +226,28 @@ class RayEnvPool(EnvPool):
         total = ray.cluster_resources().get("CPU", 1.0)
         # Env workers mostly wait on the generator; let several share a core instead of blocking on scheduling.
         self.cpus_per_worker = cpus_per_worker if cpus_per_worker is not None else min(1.0, total / self.num_workers)
+        self.resources = dict(resources or {})
+        check_resources("ray.resources_per_worker (env workers)", self.resources)
         self.env_kwargs = env_kwargs or {}
         self.max_restarts = max_restarts
+        self.respawn_timeout_s = respawn_timeout_s
         self.restarts = 0
+        self.sent_bytes = 0  # driver <-> env workers (actions, observations, specs), since the last `traffic()`
         self._actor_cls = ray.remote(EnvHost)
         self.workers = [self._spawn() for _ in range(self.num_workers)]
         self.slots: dict[int, _SlotState] = {}
 
     def _spawn(self):
-        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(self.env_kwargs)
+        return self._actor_cls.options(num_cpus=self.cpus_per_worker, resources=self.resources).remote(self.env_kwargs)
+
+    def placement(self) -> list[str]:
+        """The node id of each env worker (in worker order)."""
+        return self._ray.get([w.node_id.remote() for w in self.workers])
+
+    def traffic(self) -> int:
+        """Bytes exchanged with the env workers since the last call (then the count starts again)."""
+        sent, self.sent_bytes = self.sent_bytes, 0
+        return sent
 
     # ----------------------------------------------------------------- fan out, survive dead workers
     def _fan_out(self, method: str, per_worker: dict[int, list]) -> dict[int, list]:
@@ -204,11 +258,12 @@ class RayEnvPool(EnvPool):
                 try:
                     results[w] = self._ray.get(ref)
                     break
-                except (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorDiedError):
+                except self._ray.exceptions.RayActorError:  # died, or its node did (ActorDied/ActorUnavailable)
                     if attempt == self.max_restarts:
                         raise
                     self._replace(w)
                     ref = getattr(self.workers[w], method).remote(per_worker[w])
+            self.sent_bytes += wire_bytes(per_worker[w]) + wire_bytes(results[w])
         return results
 
     def _replace(self, w: int) -> None:
@@ -220,7 +275,13 @@ class RayEnvPool(EnvPool):
             pass
         self.workers[w] = self._spawn()
         items = [(s.job, s.spec, list(s.actions)) for s in self.slots.values() if s.worker == w]
-        self._ray.get(self.workers[w].replay.remote(items))
+        t0 = time.monotonic()
+        try:  # the replacement waits for a node with the workers' resources; none left would mean waiting forever
+            self._ray.get(self.workers[w].replay.remote(items), timeout=self.respawn_timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            raise RuntimeError(f"env worker {w} died and no node could host a replacement within "
+                               f"{time.monotonic() - t0:.0f}s (it needs {self.cpus_per_worker:g} CPU and "
+                               f"{self.resources or 'no custom resources'})") from None
 
     def _scatter(self, method: str, items: Sequence[Any], workers: Sequence[int]) -> list[Any]:
         """Send item i to worker `workers[i]` (one call per worker, all in flight together); results in item order."""

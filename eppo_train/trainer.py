@@ -160,7 +160,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        from eppo_train.actors import make_workers
+        from eppo_train.actors import local_resources, make_workers, network_metrics, placement
         from eppo_train.envpool import LocalEnvPool, RayEnvPool, init_ray
         from eppo_train.rollout import run_rollout
 
@@ -175,8 +175,9 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
         if cfg.ray.enabled:
-            init_ray(cfg.ray.address, self._local_cpus())
-            pool = RayEnvPool(cfg.env.num_workers, address=cfg.ray.address)
+            init_ray(cfg.ray.address, self._local_cpus(), None if cfg.ray.address else local_resources(cfg))
+            pool = RayEnvPool(cfg.env.num_workers, address=cfg.ray.address, cpus_per_worker=cfg.ray.cpus_per_worker,
+                              resources=cfg.ray.resources_per_worker)
         else:
             pool = LocalEnvPool()
         workers = make_workers(cfg)
@@ -187,6 +188,9 @@ class Trainer:
             if start > 0:
                 workers.load(self._latest())
             workers.sync_weights()
+            if cfg.ray.enabled:  # where each actor runs; the start-up transfers are not an iteration's traffic
+                (self.run_dir / "placement.json").write_text(json.dumps(placement(pool, workers), indent=1))
+                network_metrics(pool, workers)
             for it in range(start, cfg.run.iterations):
                 self._iteration(it, workers, pool, metrics, run_rollout)
                 step = it + 1
@@ -213,6 +217,8 @@ class Trainer:
         return max(self.cfg.ray.num_cpus or os.cpu_count() or 1, need)
 
     def _iteration(self, it: int, workers, pool, metrics: MetricsWriter, run_rollout) -> dict:
+        from eppo_train.actors import network_metrics
+
         cfg = self.cfg
         t0 = time.perf_counter()
         result = run_rollout(workers.policy, pool, problems_for(cfg, self.slots, it), rollout_config(cfg, self.slots, it))
@@ -247,6 +253,7 @@ class Trainer:
             "iteration_time_s": time.perf_counter() - t0,
             **{f"adv_{k}": v for k, v in adv.stats.items()},
             **(report.metrics if report is not None else {}),
+            **network_metrics(pool, workers),
         }
         events = {}
         if report is not None and report.pace is not None:
