@@ -75,3 +75,22 @@ def test_eval_numbers_do_not_depend_on_the_worker_count(ray_session, tmp_path):
         report.pop("timing")
         reports.append(report)
     assert reports[0] == reports[1]
+
+
+def test_a_resource_no_node_offers_fails_in_one_line(ray_session):
+    from eppo_train.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        RayEnvPool(1, resources={"env": 1})
+    message = str(err.value)
+    assert "\n" not in message and "'env'" in message and "ray start --resources" in message
+
+
+def test_a_local_ray_offers_the_custom_resources_a_cluster_config_asks_for():
+    from eppo_train.actors import local_resources
+    from eppo_train.config import load_config
+
+    cfg = load_config("tiny", ["env.num_workers=3", "ray.resources_per_worker={env: 1}",
+                               "ray.generator_resources={gpu_node: 1}", "ray.learner_resources={gpu_node: 0.5}"])
+    assert local_resources(cfg) == {"env": 3.0, "gpu_node": 1.5}
+    assert local_resources(load_config("tiny")) == {}
