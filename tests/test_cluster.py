@@ -1,4 +1,4 @@
-"""A real multi-node Ray cluster on this machine (separate raylets, loopback only): placement by resources, a node
+"""A real multi-node Ray cluster on this machine (separate raylets, nothing leaves the machine): placement by resources, a node
 lost mid-iteration, and `eppo-train --ray-address` against a `ray start --head`. All slow (`make test-slow`).
 
 Each test keeps Ray's temp dir (and so its `ray_current_cluster` address file) private: a plain `ray.init()` of
@@ -27,7 +27,6 @@ from ray.cluster_utils import Cluster  # noqa: E402
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
-LOOPBACK = "127.0.0.1"
 # Small enough for a shared 2-core machine: no SFT, two iterations, two env workers.
 QUICK = ["sft.steps=0", "run.iterations=2", "run.tensorboard=false", "run.plots=false", "env.num_workers=2"]
 PLACED = ["ray.resources_per_worker={env: 1}", "ray.cpus_per_worker=0.5", "ray.generator_resources={trainer: 1}",
@@ -47,12 +46,15 @@ def ray_tmp(monkeypatch):
 
 
 def _cluster() -> tuple[Cluster, list]:
-    """A head (the generator and the learner: resource `trainer`) and two env nodes (resource `env`)."""
+    """A head (the generator and the learner: resource `trainer`) and two env nodes (resource `env`).
+
+    The nodes use this machine's own address, not 127.0.0.1: a driver given a loopback address rewrites it to the
+    node's address (ray._private.services.resolve_ip_for_localhost), which a loopback-bound GCS does not answer.
+    """
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"trainer": 2}, "object_store_memory": 80 * MB, "include_dashboard": False,
-        "node_ip_address": LOOPBACK})
-    workers = [cluster.add_node(num_cpus=1, resources={"env": 2}, object_store_memory=80 * MB,
-                                node_ip_address=LOOPBACK) for _ in range(2)]
+        "num_cpus": 2, "resources": {"trainer": 2}, "object_store_memory": 80 * MB, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=1, resources={"env": 2}, object_store_memory=80 * MB)
+               for _ in range(2)]
     cluster.wait_for_nodes()
     return cluster, workers
 
@@ -137,7 +139,7 @@ def test_losing_an_env_node_mid_iteration_reruns_its_episodes_elsewhere(ray_tmp,
     monkeypatch.setattr(envpool.RayEnvPool, "step", step)
     monkeypatch.setattr(RayWorkers, "train", record_train)
     try:
-        ray.init(address=cluster.address, log_to_driver=False, _node_ip_address=LOOPBACK)
+        ray.init(address=cluster.address, log_to_driver=False)
         cfg = load_config("tiny", [f"run.out_dir={tmp_path}", f"ray.address={cluster.address}", *QUICK, *PLACED])
         run = train(cfg)
         pool = seen["pools"][0]
