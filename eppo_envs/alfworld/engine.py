@@ -1,6 +1,9 @@
-"""TextWorld's PDDL engine playing ALFWorld game files, with what is parsed once kept for the next game.
+"""The ALFWorld engines: the fast exact one (default) and TextWorld's own PDDL engine (`engine="textworld"`).
 
-The engine is `textworld.envs.PddlEnv` wrapped in alfworld's `AlfredDemangler` (the wrapper that turns THOR ids
+`engine="fast"` is `FastAlfredGame` (fastpddl.py): the same observations, admissible lists and `won` as the stock
+stack, checked against it by tests/test_alfworld_diff.py, at a fraction of the cost (docs/alfworld.md).
+
+`engine="textworld"`: the engine is `textworld.envs.PddlEnv` wrapped in alfworld's `AlfredDemangler` (the wrapper that turns THOR ids
 into "cabinet 1", "mug 2"), exactly as alfworld's `AlfredTWEnv` stacks them. Two things are not redone per game:
 the parsed grammar and domain (`GameLogic`, keyed by the grammar with its task sentence blanked out, the sentence
 being patched into the "task" rule instead), and the state built by `load` is reused by the first `reset` instead of
@@ -11,9 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-import re
-import sys
-from typing import Any
+from typing import Any, Literal
 
 import fast_downward
 import textworld
@@ -21,37 +22,20 @@ from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 from textworld.core import GameState
 from textworld.envs import PddlEnv
 from textworld.envs.pddl import logic as pddl_logic
-from textworld.envs.pddl.textgen import ProductionRule
-from textworld.envs.pddl.textgen import _parse_and_convert as parse_symbols
+
+from eppo_envs.alfworld.fastpddl import ArgvGuard as _ArgvGuard
+from eppo_envs.alfworld.fastpddl import FastAlfredGame, base_logic, split_task_rule, task_rules
 
 INTRO_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
-_TASK_RULE = re.compile(r'("task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*)("(?:[^"\\]|\\.)*")')
-_LOGIC_CACHE: dict[tuple[str, str], pddl_logic.GameLogic] = {}
-
-
-class _ArgvGuard:
-    """fast_downward's translator overwrites `sys.argv`; give the caller's back."""
-
-    def __enter__(self) -> None:
-        self._argv = list(sys.argv)
-
-    def __exit__(self, *exc: object) -> None:
-        sys.argv[:] = self._argv
+ENGINES = ("fast", "textworld")
 
 
 def _logic_for(domain: str, grammar: str) -> pddl_logic.GameLogic:
     """A private copy of the parsed logic for this domain and grammar, its "task" rule set to the game's sentence."""
-    match = _TASK_RULE.search(grammar)
-    key_grammar = _TASK_RULE.sub(r'\1"Your task is to: UNKNOWN GOAL."', grammar) if match else grammar
-    key = (domain, key_grammar)
-    if key not in _LOGIC_CACHE:
-        if len(_LOGIC_CACHE) > 32:  # official data has one grammar per game: keep memory bounded
-            _LOGIC_CACHE.clear()
-        _LOGIC_CACHE[key] = pddl_logic.GameLogic(domain=domain, grammar=key_grammar)
-    logic = copy.deepcopy(_LOGIC_CACHE[key])
-    if match:
-        rhs = parse_symbols(json.loads(match.group(2)), rule_name="symbols")
-        logic.grammar._rules["task"] = [ProductionRule(lhs="task", rhs=rhs)]
+    key_grammar, sentence = split_task_rule(grammar)
+    logic = copy.deepcopy(base_logic(domain, key_grammar))
+    if sentence is not None:
+        logic.grammar._rules["task"] = task_rules(sentence)
     return logic
 
 
@@ -96,33 +80,49 @@ class CachedLogicPddlEnv(PddlEnv):
 
 
 class AlfredEngine:
-    """One ALFWorld game at a time on the real engine: load, reset, step, plan."""
+    """One ALFWorld game at a time on the chosen engine: load, reset, step, plan."""
 
-    def __init__(self) -> None:
-        infos = textworld.EnvInfos(admissible_commands=True, won=True)
-        self._pddl = CachedLogicPddlEnv(infos)
-        self._env = AlfredDemangler(self._pddl, shuffle=False)
+    def __init__(self, engine: Literal["fast", "textworld"] = "fast") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown ALFWorld engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        self.engine = engine
+        self._fast = FastAlfredGame() if engine == "fast" else None
+        if self._fast is None:
+            infos = textworld.EnvInfos(admissible_commands=True, won=True)
+            self._pddl = CachedLogicPddlEnv(infos)
+            self._env = AlfredDemangler(self._pddl, shuffle=False)
         self.admissible: list[str] = []
         self.won = False
+        self.feedback = ""  # the engine's text of the last reset/step, unstripped
         self._planner_lib: Any = None
 
     def start(self, game: str | dict[str, Any]) -> str:
         """Load a game (a path or a game-file dict) and return the intro (banner dropped, as ALFWorld agents do)."""
-        self._env.load(game)
-        state = self._env.reset()
-        self._record(state)
-        feedback = state.feedback.strip()
+        if self._fast is not None:
+            self._fast.load(game)
+            self._fast.reset()
+            self._record_fast()
+        else:
+            self._env.load(game)
+            self._record(self._env.reset())
+        feedback = self.feedback.strip()
         if feedback.startswith(INTRO_BANNER):
             feedback = feedback[len(INTRO_BANNER):].strip()
         return feedback
 
     def step(self, command: str) -> str:
-        state, _, _ = self._env.step(command)
-        self._record(state)
-        return state.feedback.strip()
+        if self._fast is not None:
+            self._fast.step(command)
+            self._record_fast()
+        else:
+            state, _, _ = self._env.step(command)
+            self._record(state)
+        return self.feedback.strip()
 
     def plan(self) -> list[str]:
         """The planner's commands from the current state to the goal (`policy_commands`); [] if it finds none."""
+        if self._fast is not None:
+            return self._fast.plan()
         with _ArgvGuard():
             return self._pddl._pddl_state.replan(self._pddl._entity_infos)
 
@@ -131,13 +131,26 @@ class AlfredEngine:
         objects), named as in the loaded game. Runs in a second copy of fast-downward's library."""
         if self._planner_lib is None:
             self._planner_lib = fast_downward.load_lib()
+        if self._fast is not None:
+            game = self._fast._need_game()
+            logic, infos = game.logic, game.infos
+        else:
+            logic, infos = self._pddl._logic, self._pddl._entity_infos
         with _ArgvGuard():
-            state = pddl_logic.PddlState(self._planner_lib, problem, self._pddl._logic)
-            return state.replan(self._pddl._entity_infos)
+            state = pddl_logic.PddlState(self._planner_lib, problem, logic)
+            return state.replan(infos)
 
     def _record(self, state: Any) -> None:
+        self.feedback = state.feedback
         self.admissible = list(state["admissible_commands"])
         self.won = bool(state["won"])
 
+    def _record_fast(self) -> None:
+        assert self._fast is not None
+        self.feedback = self._fast.feedback
+        self.admissible = list(self._fast.admissible)
+        self.won = self._fast.won
+
     def close(self) -> None:
-        self._env.close()
+        if self._fast is None:
+            self._env.close()

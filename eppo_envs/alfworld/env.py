@@ -1,7 +1,8 @@
 """`eppo/ALFWorld-v0`: ALFWorld's household tasks on TextWorld's PDDL engine, installed with pip alone.
 
 Observations are the engine's own text ("You are in the middle of a room. Looking quickly around you, you see ...",
-"Your task is to: put a clean mug in cabinet."). Each turn the model writes `<action>command</action>`; commands
+"Your task is to: put a clean mug in cabinet."): `engine="fast"` (the default) gives byte for byte what TextWorld's
+engine, `engine="textworld"`, gives (docs/alfworld.md). Each turn the model writes `<action>command</action>`; commands
 that are not admissible in the current state change nothing, as in ALFWorld ("Nothing happens."), and count as
 invalid actions here. Reward 1 when the goal holds. The expert is the engine's planner (`policy_commands`).
 """
@@ -35,10 +36,11 @@ class AlfWorldEnv(AgentEnv):
     action_hint = "Reply with <action>command</action>, one of the admissible commands, e.g. <action>look</action>."
 
     def __init__(self, split: str = "train", data_path: str | os.PathLike[str] | None = None,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, engine: str = "fast") -> None:
         super().__init__(split, render_mode=render_mode)
         self.source = choose_source(data_path)
-        self.engine = AlfredEngine()
+        # "fast": our exact engine (fastpddl.py); "textworld": TextWorld's PddlEnv + AlfredDemangler, the oracle.
+        self.engine = AlfredEngine(engine)  # type: ignore[arg-type]  (AlfredEngine says which names exist)
         self.game: GameRef | None = None
         self._plan: list[str] | None = None  # the planner's remaining commands, while the episode follows them
 
