@@ -22,8 +22,9 @@ import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
 from textworld.envs import PddlEnv
 
-from eppo_envs.alfworld.fastpddl import ArgvGuard, FastAlfredGame
+from eppo_envs.alfworld.fastpddl import FastAlfredGame
 from eppo_envs.alfworld.generator import export_games, game_file, load_specs
+from eppo_envs.alfworld.translation import ArgvGuard
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 _WRONG = ("look around", "go to the moon", "take all", "open door 1", "inventory please", "", "  look  ", "examine")

@@ -23,8 +23,8 @@ from textworld.core import GameState
 from textworld.envs import PddlEnv
 from textworld.envs.pddl import logic as pddl_logic
 
-from eppo_envs.alfworld.fastpddl import ArgvGuard as _ArgvGuard
 from eppo_envs.alfworld.fastpddl import FastAlfredGame, base_logic, split_task_rule, task_rules
+from eppo_envs.alfworld.translation import ArgvGuard as _ArgvGuard
 
 INTRO_BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 ENGINES = ("fast", "textworld")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-import sys
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -29,22 +29,15 @@ from textworld.envs.pddl.textgen import _parse_and_convert as parse_symbols
 from textworld.generator.game import EntityInfo
 
 from eppo_envs.alfworld.textgen import CompiledGrammar, Context, FactIndex, Ph, Var
+from eppo_envs.alfworld.translation import ArgvGuard, Translation, cached_translation
 
 TASK_RULE = re.compile(r'("task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*)("(?:[^"\\]|\\.)*")')
 _LOGIC_CACHE: dict[tuple[str, str], pddl_logic.GameLogic] = {}
 _GRAMMAR_CACHE: dict[tuple[str, str], CompiledGrammar] = {}
 _GAME_CACHE: OrderedDict[tuple[str, str], _Game] = OrderedDict()
-GAME_CACHE_SIZE = 256  # translated problems kept in memory (an ALFWorld SAS task is ~100-300 kB of text)
+GAME_CACHE_SIZE = 256  # games kept in memory (each ~0.1-0.3 MB: the SAS task is kept compressed)
 
-
-class ArgvGuard:
-    """fast_downward's translator overwrites `sys.argv`; give the caller's back."""
-
-    def __enter__(self) -> None:
-        self._argv = list(sys.argv)
-
-    def __exit__(self, *exc: object) -> None:
-        sys.argv[:] = self._argv
+__all__ = ["ArgvGuard", "FastAlfredGame", "base_logic", "clear_caches", "split_task_rule", "task_rules"]
 
 
 def split_task_rule(grammar: str) -> tuple[str, str | None]:
@@ -70,11 +63,11 @@ def task_rules(sentence: str) -> list[ProductionRule]:
     return [ProductionRule(lhs="task", rhs=parse_symbols(json.loads(sentence), rule_name="symbols"))]
 
 
-def _type_hierarchy(task: Any) -> textworld.logic.TypeHierarchy:
+def _type_hierarchy(t: Translation) -> textworld.logic.TypeHierarchy:
     types = textworld.logic.TypeHierarchy()
-    for type_ in task.types:  # as PddlState.__init__ imports them (duplicates such as "object - object" skipped)
+    for name, supertypes in t.types:  # as PddlState.__init__ imports them (duplicates like "object - object" skipped)
         try:
-            types.add(textworld.logic.Type(type_.name, type_.supertype_names))
+            types.add(textworld.logic.Type(name, supertypes))
         except ValueError:
             pass
     return types
@@ -96,39 +89,43 @@ def negation(name: str) -> str:
     return name.split("not_", 1)[1] if name.startswith("not_") else "not_" + name
 
 
+def clear_caches() -> None:
+    """Forget every parsed grammar and translated problem (the next load of any game is a cold one)."""
+    _LOGIC_CACHE.clear()
+    _GRAMMAR_CACHE.clear()
+    _GAME_CACHE.clear()
+
+
 @dataclass
 class _Game:
     """Everything one problem text determines, computed at its first load."""
 
     domain: str
     problem: str
-    task: Any  # fast_downward's normalised PDDL task
-    sas: str
+    sas_z: bytes  # the SAS task, zlib-compressed
     name2type: dict[str, str]
     params: dict[str, list[Ph]]  # action name -> its parameters as placeholders
     facts: FactIndex  # the initial state's facts, as PddlState holds them
     infos: dict[str, EntityInfo]  # demangled names ("cabinet 1")
     grammar: CompiledGrammar
     logic: pddl_logic.GameLogic
-    sas_replan: str | None = None
+    sas_replan_z: bytes | None = None  # the planner's (optimised) SAS task, made when first asked for
+
+    @property
+    def sas(self) -> bytes:
+        return zlib.decompress(self.sas_z)
 
 
 def _build_game(lib: Any, domain: str, grammar_text: str, problem: str) -> _Game:
     key_grammar, sentence = split_task_rule(grammar_text)
     logic = base_logic(domain, key_grammar)
-    with ArgvGuard():
-        task, sas = fast_downward.pddl2sas(domain, problem)
-    name2type = {o.name: o.type_name for o in task.objects}
+    t, _ = cached_translation(domain, problem)
+    name2type = t.objects
     facts = FactIndex()
-    for atom in task.init:  # PddlState.__init__'s _atom2proposition
-        if isinstance(atom, fast_downward.translate.pddl.conditions.Atom):
-            if atom.predicate != "=":
-                facts.add(atom.predicate, tuple((a, name2type[a]) for a in atom.args))
-        elif isinstance(atom, fast_downward.translate.pddl.f_expression.Assign):
-            name = f"{atom.expression.value}"
-            if atom.fluent.symbol != "total-cost" and not name.isdigit():
-                facts.add(name, tuple((a, name2type[a]) for a in atom.fluent.args))
-    lib.load_sas(sas.encode("utf-8"))
+    for predicate, args in t.init:
+        facts.add(predicate, tuple((a, name2type[a]) for a in args))
+    sas = t.sas.encode("utf-8")
+    lib.load_sas(sas)
     atoms = (pddl_logic.Atom * lib.get_state_size())()
     lib.get_state(atoms)
     for atom in atoms:
@@ -138,12 +135,11 @@ def _build_game(lib: Any, domain: str, grammar_text: str, problem: str) -> _Game
     infos = _entity_infos(facts)
     gkey = (domain, key_grammar)
     if gkey not in _GRAMMAR_CACHE:
-        _GRAMMAR_CACHE[gkey] = CompiledGrammar(logic.grammar._rules, _type_hierarchy(task))
+        _GRAMMAR_CACHE[gkey] = CompiledGrammar(logic.grammar._rules, _type_hierarchy(t))
     grammar = _GRAMMAR_CACHE[gkey]
     if sentence is not None:
         grammar = grammar.with_rule("task", task_rules(sentence))
-    params = {a.name: [(p.name.strip("?"), p.type_name) for p in a.parameters] for a in task.actions}
-    return _Game(domain, problem, task, sas, name2type, params, facts, infos, grammar, logic)
+    return _Game(domain, problem, zlib.compress(sas, 1), name2type, t.params, facts, infos, grammar, logic)
 
 
 def _entity_infos(facts: FactIndex) -> dict[str, EntityInfo]:
@@ -204,8 +200,7 @@ class FastAlfredGame:
     def reset(self) -> str:
         game = self._need_game()
         if not self._fresh:
-            game_sas = game.sas.encode("utf-8")
-            self.lib.load_sas(game_sas)
+            self.lib.load_sas(game.sas)
         self._fresh = False
         self._replan_loaded = False
         self.facts = game.facts.copy()
@@ -236,10 +231,10 @@ class FastAlfredGame:
         """The planner's commands from the current state (PddlState.replan); [] when it finds none."""
         game = self._need_game()
         if not self._replan_loaded:
-            if game.sas_replan is None:
-                with ArgvGuard():
-                    game.sas_replan = fast_downward.pddl2sas(game.domain, game.problem, optimize=True)[1]
-            self.lib.load_sas_replan(game.sas_replan.encode("utf-8"))
+            if game.sas_replan_z is None:
+                sas = cached_translation(game.domain, game.problem, optimize=True)[0].sas
+                game.sas_replan_z = zlib.compress(sas.encode("utf-8"), 1)
+            self.lib.load_sas_replan(zlib.decompress(game.sas_replan_z))
             self._replan_loaded = True
         if not self.lib.replan(False):
             return []
@@ -268,7 +263,7 @@ class FastAlfredGame:
                 continue
             seen.add(op_name)
             name, *arguments = op_name.split()
-            mapping = {ph: (arg, ph[1]) for ph, arg in zip(game.params[name], arguments)}
+            mapping = {ph: (arg, ph[1]) for ph, arg in zip(game.params[name], arguments, strict=False)}
             action = _Action(op.id, name, mapping, op.nb_effect_atoms)
             template = game.grammar.derive(game.logic.actions[name].template, self._context(action))
             self._actions.append(action)
