@@ -72,11 +72,9 @@ def bench_envs(ctx: BenchContext) -> list[Figure]:
 def bench_alfworld_reference(ctx: BenchContext) -> list[Figure]:
     reference = need_module("eppo_envs.alfworld.reference", "the stock-wrapper reference")
     split, episodes = "valid_unseen", ctx.size(5, 2)
-    how = (f"eppo_envs.alfworld.reference: the expert's commands on {split} seeds 0-{episodes - 1} replayed on the "
-           "same game files through eppo/ALFWorld-v0 (engine='fast') and through textworld.gym + "
-           "AlfredDemangler/AlfredInfos, interleaved in each repetition; steps and resets (each loads its game) timed "
-           "apart. ours cold: no cache (each reset translates its game); disk: new process, translation on disk; "
-           "warm: game seen before in the process (python -m eppo_envs.alfworld.reference)")
+    how = (f"expert's commands, {split} seeds 0-{episodes - 1}, replayed on the same files: eppo/ALFWorld-v0 vs "
+           "textworld.gym+AlfredDemangler, interleaved; resets (load+reset) and steps timed apart; cold/disk/warm: "
+           "see docs/alfworld.md (python -m eppo_envs.alfworld.reference)")
     expert = reference.play_expert(split, episodes)  # the planner is timed on its own: it is not the env
     stock: list = []
     ours: dict[str, list] = {cache: [] for cache in reference.CACHE_STATES}
