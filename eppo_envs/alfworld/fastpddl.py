@@ -35,7 +35,7 @@ TASK_RULE = re.compile(r'("task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*)("(?:[^"\\]|\\.)*"
 _LOGIC_CACHE: dict[tuple[str, str], pddl_logic.GameLogic] = {}
 _GRAMMAR_CACHE: dict[tuple[str, str], CompiledGrammar] = {}
 _GAME_CACHE: OrderedDict[tuple[str, str], _Game] = OrderedDict()
-GAME_CACHE_SIZE = 256  # games kept in memory (each ~0.1-0.3 MB: the SAS task is kept compressed)
+GAME_CACHE_SIZE = 64  # games kept in memory (~1 MB each, the SAS task compressed); the disk cache holds the rest
 
 __all__ = ["ArgvGuard", "FastAlfredGame", "base_logic", "clear_caches", "split_task_rule", "task_rules"]
 
