@@ -2,7 +2,7 @@
 
 `textworld.envs.pddl.textgen.ContextSensitiveGrammar.derive` re-parses its start string with tatsu on every call,
 deep-copies the derivation context for every symbol and re-parses every rule condition and `{... | query}` with
-tatsu each time it is met; that is ~85 % of a stock ALFWorld step (docs/alfworld.md). Here the same symbols (parsed
+tatsu each time it is met; that is >95 % of a stock ALFWorld step (docs/alfworld.md). Here the same symbols (parsed
 by TextWorld's own parser, once per template) are turned into small closures, and queries run on `FactIndex`, which
 keeps each signature's facts as a set plus a lazily sorted list.
 
