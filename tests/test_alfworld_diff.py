@@ -32,8 +32,9 @@ def test_differential_sample():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(4 * 3600)  # the stock engine is the slow side: ~30-60 min on the shared 2-core machine
 def test_differential_1000_trajectories():
-    report = run(trajectories=1000, steps=12, seed=2026, per_game=5)
+    report = run(trajectories=1000, steps=12, seed=2026, per_game=5, log_every=20)
     _check(report, 1000)
     assert report.wins >= 150  # one planned trajectory per game (200 games) is meant to win
 

@@ -147,7 +147,8 @@ def play(report: DiffReport, stock: StockEngine, fast: FastEngine, game: str | d
             return
 
 
-def run(trajectories: int, steps: int = 30, seed: int = 0, per_game: int = 1, files_every: int = 3) -> DiffReport:
+def run(trajectories: int, steps: int = 30, seed: int = 0, per_game: int = 1, files_every: int = 3,
+        log_every: int = 0) -> DiffReport:
     """`trajectories` random walks, `per_game` of them on each game (load once, then reset: the stock engine's
     load is its costliest part). Games cycle the six task types and the three splits so that every (split, type)
     pair comes up within 18 games; every `files_every`-th game is played from an official-format game file on disk
@@ -170,6 +171,9 @@ def run(trajectories: int, steps: int = 30, seed: int = 0, per_game: int = 1, fi
                 report.kinds.add("dict")
             report.task_types.add(spec.task_type)
             report.splits.add(split)
+            if log_every and n % log_every == 0:
+                print(f"[differential] game {n}/{n_games}: {report.trajectories} trajectories, {report.steps} steps, "
+                      f"{len(report.differences)} differences", flush=True)
             planner.start(game)
             plan = planner.plan_from_start(render_problem(spec, f"{split}_{index}", focus=True))
             for k in range(min(per_game, trajectories - report.trajectories)):
