@@ -4,9 +4,8 @@ PYTEST  := $(PY) -m pytest
 export RAY_AUTH_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install test test-slow test-alfworld-diff test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean
 
-.PHONY: help install test test-slow test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean gpu-bundle gpu-check
+.PHONY: help install test test-slow test-alfworld-diff test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean gpu-bundle gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s '	'
@@ -23,13 +22,11 @@ test: install lint  ## the default suite (minutes): lint + unit, conformance and
 test-slow: install  ## the slow checks: real default model, full expert sweeps, the quick study
 	$(PYTEST) -q -m slow
 
-<<<<<<< HEAD
-test-browser: install  ## only the headless-Chromium checks (WebShop-Browser; also part of `make test` when chromium is installed)
-	$(PYTEST) -q -m browser
-=======
 test-alfworld-diff: install  ## the fast ALFWorld engine vs the stock TextWorld engine on 1,000 trajectories (~30-60 min)
 	$(PYTEST) -q -m slow tests/test_alfworld_diff.py
->>>>>>> 32a14e7 (ALFWorld differential test vs stock PddlEnv+AlfredDemangler: sample in make test, 1,000 trajectories in make test-alfworld-diff; planned trajectories that win)
+
+test-browser: install  ## only the headless-Chromium checks (WebShop-Browser; also part of `make test` when chromium is installed)
+	$(PYTEST) -q -m browser
 
 test-gpu: install  ## checks that need a CUDA GPU
 	$(PYTEST) -q -m gpu
