@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from eppo_train.config import load_config
 from eppo_train.envpool import LocalEnvPool
@@ -126,3 +127,24 @@ def test_pipeline_resumes_after_the_last_finished_stage(tmp_path: Path):
     assert done["eval_base"]["tasks"]["guess_small"]["success"] == 0.25  # kept, not recomputed
     assert done["rl"]["model"] == str(run / "sft")  # no RL iterations: the SFT model is the final one
     assert "0.25" in (run / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_make_train_pipeline_end_to_end_on_vllm(tmp_path: Path):
+    """The `make train` pipeline config, shrunk (1 problem per task, 4 evaluation episodes, 4 SFT steps, 2 RL
+    iterations), on the embedded default model with the vLLM engine for evaluation and RL rollouts.
+    Measured 2026-12-01 on the loaded 2-core machine (load ~13): 35 min, most of it four engine starts."""
+    from eppo_train.cli import main
+
+    run = tmp_path / "run"
+    sets = ["evaluation.episodes=4", "evaluation.max_turns=2", "sft.steps=4", "sft.episodes=2", "run.iterations=2",
+            *[f"env.tasks.{i}.problems=1" for i in range(5)]]
+    assert main(["pipeline", "--run-dir", str(run), *[a for s in sets for a in ("--set", s)]]) == 0
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["model"]["backend"] == "vllm"
+    state = json.loads((run / "pipeline.json").read_text())
+    assert list(state["done"]) == ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
+    assert len(state["done"]["eval_rl"]["tasks"]) == 5
+    records = [json.loads(line) for line in (run / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2] and all(r["rollout_tokens"] > 0 for r in records)
+    assert "| RL − SFT |" in (run / "summary.md").read_text()
