@@ -117,6 +117,8 @@ def write_json(path: Path, figures: list[Figure], seconds: dict[str, float], arg
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="eppo-bench", description="Throughput of envs, tools, rollout and learner.")
     parser.add_argument("--quick", action="store_true", help="one repetition, small workloads (a smoke test)")
+    parser.add_argument("--reps", type=int, default=None, metavar="N",
+                        help="repetitions of every section's full workload (default 3; 1 with --quick)")
     parser.add_argument("--only", default="", help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--skip", default="", help="comma-separated sections to leave out")
     parser.add_argument("--model", default="default", help="model of the rollout/learner/trl sections (default: "
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     info = machine()
-    ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs)
+    ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs, repetitions=args.reps)
     figures, seconds = run_sections(names, ctx)
     console.print(table(figures, "1 run, --quick" if args.quick else "3 runs"))
     console.print(f"machine: {info['cores']} cores, {info['cpu']}, GPU: {info['gpu'] or 'none'}, "

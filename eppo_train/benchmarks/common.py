@@ -40,12 +40,15 @@ class BenchContext:
     quick: bool = False  # fewer repetitions and smaller workloads: a smoke test, not a measurement
     model: str = "default"  # the model of the rollout, learner and TRL sections (`resolve_model` names)
     envs: str = ""  # comma-separated substrings: only env ids containing one of them (envs and rollout sections)
+    repetitions: int | None = None  # overrides every section's repetition count (full-size workloads)
 
     def wants_env(self, env_id: str) -> bool:
         patterns = [p.strip() for p in self.envs.split(",") if p.strip()]
         return not patterns or any(p.lower() in env_id.lower() for p in patterns)
 
     def reps(self, full: int = 3) -> int:
+        if self.repetitions is not None:
+            return self.repetitions
         return 1 if self.quick else full
 
     def size(self, full: int, quick: int) -> int:
