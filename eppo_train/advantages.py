@@ -4,12 +4,14 @@
   (Dr. GRPO). A group is the G samples of one problem (`Sample.group_id`).
 - task: group-centred as above, then normalised over all samples of the same task in the batch (AgentRL), so
   every task contributes gradients of the same scale whatever its reward range.
-- gigpo: episode advantage (grpo) plus `weight` x a step advantage: within a group, the turns that start from
+- gigpo: episode advantage (grpo) plus `weight` x a step advantage (options `algo.advantage_options`: weight,
+  gamma): within a group, the turns that start from
   the same observation (the anchor state, keyed by the prompt tokens in window mode or `meta["state_key"]`) are
   a step group, normalised on their discounted returns (Feng et al. 2025, GiGPO).
 
 Groups whose rewards are all equal carry no signal: they are counted (`zero_variance_groups`) and, with
-`filter_zero_variance` (DAPO's dynamic sampling), dropped from the batch.
+`filter_zero_variance` (DAPO's dynamic sampling), dropped from the batch. `compute_advantages` returns new
+`Sample`s; the rollout's records are never changed. An estimator is one function plus one `register_estimator`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import hashlib
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from eppo_train.records import Sample
+from eppo_train.typed import Registry, options_of
 
 EPS = 1e-6
 
@@ -50,23 +54,26 @@ def _normalise(values: list[float], scale: bool) -> tuple[float, float]:
     return mean, (std + EPS if scale else 1.0)
 
 
-def grpo(samples: list[Sample], scale_by_std: bool = True, **_: object) -> None:
+def grpo(samples: list[Sample], scale_by_std: bool = True, options: None = None) -> dict[int, float]:
+    out: dict[int, float] = {}
     for group in _groups(samples).values():
         mean, div = _normalise(list(_episode_rewards(group).values()), scale_by_std)
         for s in group:
-            s.advantage = (s.reward - mean) / div
+            out[id(s)] = (s.reward - mean) / div
+    return out
 
 
-def task_normalised(samples: list[Sample], scale_by_std: bool = True, **_: object) -> None:
-    grpo(samples, scale_by_std=False)  # centre within the group first
+def task_normalised(samples: list[Sample], scale_by_std: bool = True, options: None = None) -> dict[int, float]:
+    centred = grpo(samples, scale_by_std=False)  # centre within the group first
     by_task: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         by_task[s.task].append(s)
+    out: dict[int, float] = {}
     for group in by_task.values():
-        values = [s.advantage for s in group]
-        mean, div = _normalise(values, True)
+        mean, div = _normalise([centred[id(s)] for s in group], True)
         for s in group:
-            s.advantage = (s.advantage - mean) / div
+            out[id(s)] = (centred[id(s)] - mean) / div
+    return out
 
 
 def state_key(s: Sample) -> str:
@@ -79,18 +86,20 @@ def state_key(s: Sample) -> str:
     return hashlib.sha1(str(s.input_ids[:first]).encode()).hexdigest()
 
 
-def _fill_step_returns(samples: list[Sample], gamma: float) -> None:
+def _step_returns(samples: list[Sample], gamma: float) -> dict[int, float]:
     """Window mode: each turn's sample carries its own `step_reward`; the discounted return from turn t is
     sum_{t' >= t} gamma^(t'-t) r_t' over the episode's samples."""
     episodes: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         if "step_reward" in s.meta and s.turn_index >= 0:
             episodes[s.episode_id].append(s)
+    out: dict[int, float] = {}
     for turns in episodes.values():
         ret = 0.0
         for s in sorted(turns, key=lambda x: x.turn_index, reverse=True):
             ret = float(s.meta["step_reward"]) + gamma * ret
-            s.meta.setdefault("step_return", ret)
+            out[id(s)] = ret
+    return out
 
 
 def step_return(s: Sample, gamma: float) -> float:
@@ -102,10 +111,16 @@ def step_return(s: Sample, gamma: float) -> float:
     return s.reward * gamma ** max(s.num_turns - 1 - s.turn_index, 0)
 
 
-def gigpo(samples: list[Sample], scale_by_std: bool = True, weight: float = 1.0, gamma: float = 0.95,
-          **_: object) -> None:
-    grpo(samples, scale_by_std=scale_by_std)
-    _fill_step_returns(samples, gamma)
+@dataclass
+class GigpoOptions:
+    weight: float = 1.0  # step-advantage weight
+    gamma: float = 0.95  # discount of the step returns
+
+
+def gigpo(samples: list[Sample], scale_by_std: bool = True, options: GigpoOptions | None = None) -> dict[int, float]:
+    opt = options or GigpoOptions()
+    out = grpo(samples, scale_by_std=scale_by_std)
+    known = _step_returns(samples, opt.gamma)
     for group in _groups(samples).values():
         steps: dict[str, list[Sample]] = defaultdict(list)
         for s in group:
@@ -113,13 +128,34 @@ def gigpo(samples: list[Sample], scale_by_std: bool = True, weight: float = 1.0,
         for step_group in steps.values():
             if len(step_group) < 2:
                 continue  # a state visited once has no step-level baseline
-            returns = [step_return(s, gamma) for s in step_group]
+            returns = [known.get(id(s), step_return(s, opt.gamma)) for s in step_group]
             mean, div = _normalise(returns, scale_by_std)
             for s, r in zip(step_group, returns, strict=True):
-                s.advantage += weight * (r - mean) / div
+                out[id(s)] += opt.weight * (r - mean) / div
+    return out
 
 
-ESTIMATORS: dict[str, Callable[..., None]] = {"grpo": grpo, "task": task_normalised, "gigpo": gigpo}
+@dataclass(frozen=True)
+class EstimatorSpec:
+    fn: Callable[..., dict[int, float]]  # (samples, scale_by_std, options) -> advantage by id(sample)
+    options: type | None = None  # the dataclass of its `algo.advantage_options` (None: it takes none)
+
+
+ESTIMATORS: Registry[EstimatorSpec] = Registry("estimator", "algo.advantage")
+
+
+def register_estimator(name: str, spec: EstimatorSpec) -> EstimatorSpec:
+    """Add an estimator selectable as `algo.advantage=<name>`."""
+    return ESTIMATORS.register(name, spec)
+
+
+def estimator_options(name: str, data: dict[str, Any]) -> Any:
+    return options_of(ESTIMATORS.get(name).options, data, "algo.advantage_options")
+
+
+register_estimator("grpo", EstimatorSpec(grpo))
+register_estimator("task", EstimatorSpec(task_normalised))
+register_estimator("gigpo", EstimatorSpec(gigpo, GigpoOptions))
 
 
 def compute_advantages(
@@ -127,20 +163,17 @@ def compute_advantages(
     estimator: str = "grpo",
     scale_by_std: bool = True,
     filter_zero_variance: bool = False,
-    gigpo_weight: float = 1.0,
-    gigpo_gamma: float = 0.95,
+    options: dict[str, Any] | None = None,
 ) -> AdvantageResult:
-    """Fill `Sample.advantage` in place; report (and optionally drop) groups with no reward variance."""
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {estimator!r} (known: {', '.join(ESTIMATORS)})")
+    """New samples with `advantage` set (the input is left as it is); report (and optionally drop) groups with
+    no reward variance. `options`: the estimator's own (`algo.advantage_options`)."""
+    spec = ESTIMATORS.get(estimator)
+    opts = estimator_options(estimator, options or {})
     groups = _groups(samples)
     flat = {gid for gid, g in groups.items() if len(set(_episode_rewards(g).values())) <= 1}
-    kept = [s for s in samples if s.group_id not in flat] if filter_zero_variance else list(samples)
-    ESTIMATORS[estimator](kept, scale_by_std=scale_by_std, weight=gigpo_weight, gamma=gigpo_gamma)
-    if filter_zero_variance:
-        for s in samples:
-            if s.group_id in flat:
-                s.advantage = 0.0
+    chosen = [s for s in samples if s.group_id not in flat] if filter_zero_variance else list(samples)
+    values = spec.fn(chosen, scale_by_std=scale_by_std, options=opts)
+    kept = [replace(s, advantage=values[id(s)]) for s in chosen]
 
     per_task: dict[str, dict[str, float]] = {}
     for task in sorted({s.task for s in samples}):

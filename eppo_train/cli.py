@@ -38,7 +38,8 @@ def add_train(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from eppo_train.config import load_config
-    from eppo_train.trainer import train
+    from eppo_train.sft import warm_start
+    from eppo_train.trainer import check_run_dir, train
 
     overrides = list(args.overrides)
     if args.ray_address:
@@ -53,6 +54,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(args.config, overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
+    check_run_dir(cfg, bool(args.resume))
+    if not args.resume:  # the stages: the SFT warm start (cached), then RL from its model
+        cfg = warm_start(cfg)
     out = train(cfg, resume=bool(args.resume))
     print(f"run written to {out}")
     return 0
@@ -109,7 +113,7 @@ def add_sft(p: argparse.ArgumentParser) -> None:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from eppo_train.sft import run_sft
-    from eppo_train.trainer import prepare_tasks
+    from eppo_train.tasks import prepare_tasks
 
     cfg = _load(args)
     if cfg.sft.steps < 1:

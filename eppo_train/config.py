@@ -10,19 +10,23 @@ exits 2. The resolved config is written next to each run (`config.yaml`) and is 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from eppo_train.typed import ConfigError, build
+
+__all__ = ["Config", "ConfigError", "load_config", "save_config", "to_dict", "from_dict", "validate"]
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 
-
-class ConfigError(ValueError):
-    """A user error in a config file or an override: the message is one line, fit to print as is."""
+# The choices the config owns (the modules that act on them import these, never the reverse).
+CONTEXT_KINDS = ("full", "window")  # env.tasks[].context
+PACING_VARIANTS = ("both", "high", "low", "target")  # pacing.variant (pacing.py)
+LOSS_AGGS = ("token_mean", "seq_mean")  # algo.loss_agg (losses.token_weights)
+BACKENDS = ("vllm", "hf")  # model.backend
 
 
 @dataclass
@@ -31,7 +35,7 @@ class TaskConfig:
     name: str | None = None  # the task label EPPO paces by; None: the env's own task name (info["task"])
     problems: int = 4  # distinct problems per iteration (each sampled `rollout.group_size` times)
     split: str = "train"
-    context: str = "full"  # "full": one sample per episode; "window": one sample per turn, last `window` turns
+    context: str = "full"  # CONTEXT_KINDS: "full", one sample per episode; "window", one per turn, last `window`
     window: int = 2
     max_turns: int | None = None  # None: the env's own limit (capped by rollout.max_turns)
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make
@@ -91,26 +95,21 @@ class RolloutSection:
 
 @dataclass
 class AlgoConfig:
-    name: str = "eppo"  # a loss in losses.LOSSES: grpo | dapo | eppo | clip_cov | kl_cov
+    name: str = "eppo"  # a registered loss (losses.LOSSES): grpo | dapo | eppo | clip_cov | kl_cov
     eps_low: float | None = None  # None: the loss's own default (grpo 0.2/0.2, dapo and eppo 0.2/0.28)
     eps_high: float | None = None
     loss_agg: str | None = None  # token_mean | seq_mean; None: the loss's default
     kl_coef: float = 0.0  # KL(pi || ref) penalty (k3 estimator); > 0 keeps a frozen reference copy
-    advantage: str = "grpo"  # an estimator in advantages.ESTIMATORS: grpo | task | gigpo
+    options: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (its options dataclass)
+    advantage: str = "grpo"  # a registered estimator (advantages.ESTIMATORS): grpo | task | gigpo
+    advantage_options: dict[str, Any] = field(default_factory=dict)  # the estimator's own settings
     scale_by_std: bool = True  # False: Dr. GRPO (centre only)
     filter_zero_variance: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal
-    gigpo_weight: float = 1.0  # step-advantage weight (gigpo)
-    gigpo_gamma: float = 0.95
-    clip_cov_ratio: float = 2e-4  # share of tokens detached by clip_cov
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    kl_cov_ratio: float = 2e-3  # share of tokens penalised by kl_cov
-    kl_cov_coef: float = 1.0
 
 
 @dataclass
 class PacingConfig:
-    variant: str = "both"  # both | high | low | target
+    variant: str = "both"  # PACING_VARIANTS: both | high | low | target
     beta: float = 0.9  # EMA weight of the past
     warmup: int = 2  # steps at the base bounds
     lam: float = 0.5  # lambda: the largest relative change of a bound
@@ -185,75 +184,6 @@ class Config:
         return Path(self.run.out_dir) / self.run.name
 
 
-# ---------------------------------------------------------------- building typed values from plain data
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check (and gently convert: int -> float, list -> tuple) `value` against the annotation `tp`."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, arg, key)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{key}: bad value {value!r}")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return _build(tp, value, key)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is tuple:
-        if not isinstance(value, list | tuple) or len(value) != len(args):
-            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
-        try:
-            return float(value)
-        except ValueError:
-            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-    if tp is bool and not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{key}: expected a whole number, got {value!r}")
-    if not isinstance(value, tp):
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
-    return value
-
-
-def _build(cls: type, data: dict, prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown key {where}{unknown[0]} (known: {', '.join(sorted(names))})")
-    kwargs = {name: _coerce(v, hints[name], f"{prefix}.{name}" if prefix else name) for name, v in data.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required field (TaskConfig.id) is missing
-        raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
-
-
 def to_dict(cfg: Any) -> dict:
     """Plain data (lists, not tuples) so that YAML writes it readably and `from_dict` reads it back."""
 
@@ -270,7 +200,7 @@ def to_dict(cfg: Any) -> dict:
 
 
 def from_dict(data: dict) -> Config:
-    cfg = _build(Config, data)
+    cfg = build(Config, data)
     validate(cfg)
     return cfg
 
@@ -356,23 +286,23 @@ def save_config(cfg: Config, path: Path) -> None:
 
 
 def validate(cfg: Config) -> None:
-    """Value checks the types cannot express; names are checked against the registries that own them."""
-    from eppo_train.advantages import ESTIMATORS
-    from eppo_train.losses import LOSSES
-    from eppo_train.pacing import VARIANTS
+    """Value checks the types cannot express. Loss and estimator names (and their options) are checked by their
+    registries, which know every registered one; those modules never import this one's validation."""
+    from eppo_train.advantages import estimator_options
+    from eppo_train.losses import loss_options
 
     def need(ok: bool, msg: str) -> None:
         if not ok:
             raise ConfigError(msg)
 
-    need(cfg.algo.name in LOSSES, f"algo.name: unknown loss {cfg.algo.name!r} (known: {', '.join(LOSSES)})")
-    need(cfg.algo.advantage in ESTIMATORS,
-         f"algo.advantage: unknown estimator {cfg.algo.advantage!r} (known: {', '.join(ESTIMATORS)})")
-    need(cfg.algo.loss_agg in (None, "token_mean", "seq_mean"), "algo.loss_agg: token_mean or seq_mean")
+    loss_options(cfg.algo.name, cfg.algo.options)
+    estimator_options(cfg.algo.advantage, cfg.algo.advantage_options)
+    need(cfg.algo.loss_agg in (None, *LOSS_AGGS), f"algo.loss_agg: one of {', '.join(LOSS_AGGS)}")
     for k in ("eps_low", "eps_high"):
         v = getattr(cfg.algo, k)
         need(v is None or 0 < v < 1, f"algo.{k}: must be in (0, 1), got {v}")
-    need(cfg.pacing.variant in VARIANTS, f"pacing.variant: {cfg.pacing.variant!r} (known: {', '.join(VARIANTS)})")
+    need(cfg.pacing.variant in PACING_VARIANTS,
+         f"pacing.variant: {cfg.pacing.variant!r} (known: {', '.join(PACING_VARIANTS)})")
     need(0 <= cfg.pacing.beta < 1, f"pacing.beta: must be in [0, 1), got {cfg.pacing.beta}")
     need(0 <= cfg.pacing.lam < 1, f"pacing.lam: must be in [0, 1), got {cfg.pacing.lam}")
     need(0 < cfg.pacing.eps_min <= cfg.pacing.eps_max < 1, "pacing: need 0 < eps_min <= eps_max < 1")
@@ -385,7 +315,7 @@ def validate(cfg: Config) -> None:
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in ("float32", "bfloat16"), "model.generator_dtype: float32 or bfloat16")
-    need(cfg.model.backend in ("vllm", "hf"), f"model.backend: vllm or hf, got {cfg.model.backend!r}")
+    need(cfg.model.backend in BACKENDS, f"model.backend: {' or '.join(BACKENDS)}, got {cfg.model.backend!r}")
     need(cfg.model.kv_cache_gb > 0, "model.kv_cache_gb: must be > 0")
     need(cfg.sft.steps >= 0 and cfg.sft.episodes >= 1 and cfg.sft.batch_size >= 1,
          "sft: steps >= 0, episodes >= 1, batch_size >= 1")
@@ -395,5 +325,6 @@ def validate(cfg: Config) -> None:
     need(bool(cfg.run.name) and "/" not in cfg.run.name, f"run.name: a plain name, got {cfg.run.name!r}")
     need(len(cfg.env.tasks) >= 1, "env.tasks: at least one task")
     for i, t in enumerate(cfg.env.tasks):
-        need(t.context in ("full", "window"), f"env.tasks.{i}.context: full or window, got {t.context!r}")
+        need(t.context in CONTEXT_KINDS, f"env.tasks.{i}.context: {' or '.join(CONTEXT_KINDS)}, got {t.context!r}")
+        need(t.context != "window" or t.window >= 1, f"env.tasks.{i}.window: must be >= 1, got {t.window}")
         need(t.problems >= 1, f"env.tasks.{i}.problems: must be >= 1")

@@ -2,7 +2,7 @@
 
 One `train_step(samples)` per iteration:
   1. a no-grad pass recomputes the old log-probs with the training model (bf16 sampling drifts from fp32, see
-     DESIGN.md) and the token entropies that give each task's H_k; the pacer turns them into per-task bounds;
+     docs/design.md) and the token entropies that give each task's H_k; the pacer turns them into per-task bounds;
   2. `epochs` x `mini_batches` optimizer steps; each mini-batch is split into micro-batches under a padded-token
      budget and its gradient accumulated with weights computed over the whole mini-batch (exact accumulation);
      grad-norm clipping, AdamW.
@@ -17,7 +17,7 @@ import random
 import time
 from collections import defaultdict
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from eppo_train.config import Config
-from eppo_train.losses import LOSSES, LossInputs, aggregate, token_weights
+from eppo_train.losses import LOSSES, LossInputs, aggregate, loss_options, token_weights
 from eppo_train.pacing import EntropyPacer, PaceStep
 from eppo_train.records import Sample
 
@@ -105,6 +105,30 @@ def token_logprobs_entropy(
     return logprobs, entropy
 
 
+def autocast(device: str, bf16_cpu: bool = False):
+    """bf16 autocast on a GPU always, on CPU when asked (~1.6x faster there); else full precision."""
+    on_gpu = device.startswith("cuda")
+    if on_gpu or bf16_cpu:
+        return torch.autocast(device_type="cuda" if on_gpu else "cpu", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def pad_tokens(rows: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask, loss mask) as right-padded [B, T] tensors; position 0 never in the loss
+    (nothing predicts the first token)."""
+    width = max(len(s.input_ids) for s in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    attn = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width)
+    for r, s in enumerate(rows):
+        n = len(s.input_ids)
+        ids[r, :n] = torch.tensor(s.input_ids)
+        attn[r, :n] = 1
+        mask[r, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    mask[:, 0] = 0.0
+    return ids, attn, mask
+
+
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
     """Indices grouped (length-sorted) so that rows x longest row <= budget tokens; at least one row each."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -137,7 +161,8 @@ class Learner:
         params = [p for p in self.model.parameters() if p.requires_grad]
         lc = cfg.learner
         self.optimizer = torch.optim.AdamW(params, lr=lc.lr, betas=lc.betas, weight_decay=lc.weight_decay)
-        self.spec = LOSSES[cfg.algo.name]
+        self.spec = LOSSES.get(cfg.algo.name)
+        self.options = loss_options(cfg.algo.name, cfg.algo.options)  # the loss's own dataclass
         self.eps_low = cfg.algo.eps_low if cfg.algo.eps_low is not None else self.spec.eps_low
         self.eps_high = cfg.algo.eps_high if cfg.algo.eps_high is not None else self.spec.eps_high
         self.agg = cfg.algo.loss_agg or self.spec.agg
@@ -147,39 +172,28 @@ class Learner:
         self.step = 0
 
     # ------------------------------------------------------------------ helpers
-    def _autocast(self):
-        on_gpu = self.device.startswith("cuda")
-        if on_gpu or self.cfg.learner.bf16_autocast_cpu:
-            return torch.autocast(device_type="cuda" if on_gpu else "cpu", dtype=torch.bfloat16)
-        return nullcontext()
-
     def _pad(self, samples: list[Sample], idx: list[int]) -> dict[str, torch.Tensor]:
         rows = [samples[i] for i in idx]
-        width = max(len(s.input_ids) for s in rows)
-        out = {k: torch.zeros(len(rows), width) for k in ("mask", "old", "adv", "lo", "hi")}
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        attn = torch.zeros(len(rows), width, dtype=torch.long)
+        ids, attn, mask = pad_tokens(rows)
+        out = {k: torch.zeros(mask.shape) for k in ("old", "adv", "lo", "hi")}
         for r, s in enumerate(rows):
             n = len(s.input_ids)
-            ids[r, :n] = torch.tensor(s.input_ids)
-            attn[r, :n] = 1
-            out["mask"][r, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
             out["old"][r, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
             out["adv"][r, :n] = s.advantage
             lo, hi = self._bounds.get(s.task, (self.eps_low, self.eps_high))
             out["lo"][r, :n], out["hi"][r, :n] = lo, hi
-        out["mask"][:, 0] = 0.0  # nothing predicts the first token
-        out["ids"], out["attn"] = ids, attn
+        out["ids"], out["attn"], out["mask"] = ids, attn, mask
         return {k: v.to(self.device) for k, v in out.items()}
 
     def _stats(self, model, b: dict[str, torch.Tensor], grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        with self._autocast():
+        with autocast(self.device, self.cfg.learner.bf16_autocast_cpu):
             return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], self.cfg.rollout.temperature,
                                           self.cfg.learner.logit_chunk, grad=grad)
 
     # ------------------------------------------------------------------ the update
     def train_step(self, samples: list[Sample]) -> StepReport:
-        """One iteration's update on a batch with advantages filled in."""
+        """One iteration's update on a batch with advantages filled in. The samples are not changed: recomputed
+        old log-probs live in copies local to this step."""
         t0 = time.perf_counter()
         samples = [s for s in samples if s.num_response_tokens > 0]
         lc = self.cfg.learner
@@ -190,6 +204,7 @@ class Learner:
         ent_sum: dict[str, float] = defaultdict(float)
         tok: dict[str, float] = defaultdict(float)
         ref_lp: dict[int, list[float]] = {}
+        fresh_old: dict[int, list[float]] = {}
         self.model.eval()
         with torch.no_grad():
             for idx in batches:
@@ -202,10 +217,12 @@ class Learner:
                     ent_sum[s.task] += float((ent[r, :n] * m).sum())
                     tok[s.task] += float(m.sum())
                     if lc.recompute_old_logprobs:
-                        s.old_logprobs = (lp[r, :n] * m).tolist()
+                        fresh_old[i] = (lp[r, :n] * m).tolist()
                     if ref is not None:
                         ref_lp[i] = ref[r, :n].tolist()
         self.model.train()
+        if fresh_old:
+            samples = [replace(s, old_logprobs=fresh_old[i]) for i, s in enumerate(samples)]
         entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
         pace = self.pacer.update(entropy)
         if self.spec.paced:
@@ -214,8 +231,6 @@ class Learner:
         # 2. optimizer steps
         acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         losses, norms = [], []
-        options = {k: getattr(self.cfg.algo, k) for k in
-                   ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "kl_cov_coef")}
         for _ in range(lc.epochs):
             perm = torch.randperm(len(samples), generator=self.rng).tolist()
             for mb in np.array_split(np.array(perm, dtype=int), min(lc.mini_batches, max(len(samples), 1))):
@@ -235,7 +250,7 @@ class Learner:
                         for r, i in enumerate(rows):
                             ref[r, : len(ref_lp[i])] = torch.tensor(ref_lp[i])
                     inp = LossInputs(lp, b["old"], b["adv"], b["mask"], b["lo"], b["hi"], ref, self.cfg.algo.kl_coef,
-                                     options, self.rng)
+                                     self.options, self.rng)
                     out = self.spec.fn(inp)
                     loss = aggregate(out, token_weights(b["mask"], self.agg, total_tokens, float(len(mb))))
                     loss.backward()

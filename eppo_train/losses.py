@@ -7,15 +7,22 @@ over micro-batches gives the same gradient as one big batch.
 
 References: GRPO (Shao et al. 2024), DAPO clip-higher and token-level mean (Yu et al. 2025), Clip-Cov and KL-Cov
 (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; their verl recipe is followed here).
+
+A loss is one function plus one `register_loss(name, LossSpec(fn, ..., options=SomeDataclass))`: its settings
+come from `algo.options` in the config, built into its own dataclass (unknown keys and bad values are one-line
+config errors) and handed to the function as `LossInputs.options`. docs/design.md gives the formulas.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+
+from eppo_train.typed import Registry, options_of
 
 
 @dataclass
@@ -28,7 +35,7 @@ class LossInputs:
     eps_high: Tensor  # [B, T] ratio may rise to 1 + eps_high
     ref_logprobs: Tensor | None = None  # [B, T] under a frozen reference (only when kl_coef > 0)
     kl_coef: float = 0.0
-    options: dict = field(default_factory=dict)  # loss-specific hyper-parameters (clip_cov_ratio, ...)
+    options: Any = None  # the loss's own options dataclass (LossSpec.options), built from algo.options
     generator: torch.Generator | None = None  # randomness of clip_cov's token choice (seeded: exact resume)
 
 
@@ -62,17 +69,31 @@ def ppo_clip(inp: LossInputs) -> LossOutput:
     return LossOutput(per_token * inp.mask, was_clipped, k3(inp.old_logprobs, inp.logprobs).detach() * inp.mask)
 
 
+@dataclass
+class ClipCovOptions:
+    ratio: float = 2e-4  # share of tokens detached
+    lb: float = 1.0  # covariance window (lb, ub) of the candidate tokens
+    ub: float = 5.0
+
+
+@dataclass
+class KlCovOptions:
+    ratio: float = 2e-3  # share of tokens penalised
+    coef: float = 1.0  # weight of |log r| on them
+
+
 def clip_cov(inp: LossInputs) -> LossOutput:
-    """PPO-clip, then detach a random `clip_cov_ratio` share of the tokens whose centred covariance
+    """PPO-clip, then detach a random `ratio` share of the tokens whose centred covariance
     (A - mean A)(log pi - mean log pi) lies in (lb, ub): the high-covariance tokens drive entropy collapse."""
     out = ppo_clip(inp)
     mask = inp.mask > 0
     adv_c = inp.advantages - _masked_mean(inp.advantages, inp.mask)
     lp = inp.logprobs.detach()
     cov = adv_c * (lp - _masked_mean(lp, inp.mask))
-    lb, ub = inp.options.get("clip_cov_lb", 1.0), inp.options.get("clip_cov_ub", 5.0)
+    opt: ClipCovOptions = inp.options or ClipCovOptions()
+    lb, ub = opt.lb, opt.ub
     candidates = torch.nonzero((cov > lb) & (cov < ub) & mask & ~out.clipped)
-    n = max(int(inp.options.get("clip_cov_ratio", 2e-4) * int(mask.sum())), 1)
+    n = max(int(opt.ratio * int(mask.sum())), 1)
     if len(candidates) > 0:
         perm = torch.randperm(len(candidates), generator=inp.generator)[:n]
         chosen = candidates[perm.to(candidates.device)]
@@ -84,8 +105,9 @@ def clip_cov(inp: LossInputs) -> LossOutput:
 
 
 def kl_cov(inp: LossInputs) -> LossOutput:
-    """Unclipped policy gradient -r A, plus kl_cov_coef * |log r| on the top `kl_cov_ratio` share of tokens by
+    """Unclipped policy gradient -r A, plus coef * |log r| on the top `ratio` share of tokens by
     centred covariance (A - mean A)(log pi - mean log pi)."""
+    opt: KlCovOptions = inp.options or KlCovOptions()
     ratio = torch.exp(inp.logprobs - inp.old_logprobs)
     per_token = -inp.advantages * ratio
     mask = inp.mask > 0
@@ -95,11 +117,10 @@ def kl_cov(inp: LossInputs) -> LossOutput:
     n_valid = int(mask.sum())
     penalised = torch.zeros_like(mask)
     if n_valid > 0:
-        k = max(1, int(n_valid * inp.options.get("kl_cov_ratio", 2e-3)))
+        k = max(1, int(n_valid * opt.ratio))
         top = torch.topk(cov.flatten(), k).indices
         penalised.view(-1)[top] = True
-    coef = inp.options.get("kl_cov_coef", 1.0)
-    per_token = per_token + coef * (inp.logprobs - inp.old_logprobs).abs() * penalised
+    per_token = per_token + opt.coef * (inp.logprobs - inp.old_logprobs).abs() * penalised
     if inp.ref_logprobs is not None and inp.kl_coef > 0:
         per_token = per_token + inp.kl_coef * k3(inp.logprobs, inp.ref_logprobs)
     return LossOutput(per_token * inp.mask, penalised & mask, k3(inp.old_logprobs, inp.logprobs).detach() * inp.mask)
@@ -113,20 +134,30 @@ class LossSpec:
     agg: str  # token_mean | seq_mean
     paced: bool = False  # per-task bounds come from the entropy pacer
     description: str = ""
+    options: type | None = None  # the dataclass of its `algo.options` (None: it takes none)
 
 
-LOSSES: dict[str, LossSpec] = {
-    "grpo": LossSpec(ppo_clip, 0.2, 0.2, "seq_mean", description="PPO-clip, symmetric eps, optional KL to a ref"),
-    "dapo": LossSpec(ppo_clip, 0.2, 0.28, "token_mean", description="clip-higher, token-level mean"),
-    "eppo": LossSpec(ppo_clip, 0.2, 0.28, "token_mean", paced=True, description="per-task bounds from the pacer"),
-    "clip_cov": LossSpec(clip_cov, 0.2, 0.28, "token_mean", description="detach random high-covariance tokens"),
-    "kl_cov": LossSpec(kl_cov, 0.2, 0.28, "token_mean", description="KL penalty on top-k covariance tokens"),
-}
+LOSSES: Registry[LossSpec] = Registry("loss", "algo.name")
 
 
-def register_loss(name: str, spec: LossSpec) -> None:
-    """Add a loss selectable as `algo.name=<name>`."""
-    LOSSES[name] = spec
+def register_loss(name: str, spec: LossSpec) -> LossSpec:
+    """Add a loss selectable as `algo.name=<name>` (its options as `algo.options.<field>=...`)."""
+    return LOSSES.register(name, spec)
+
+
+def loss_options(name: str, data: dict[str, Any]) -> Any:
+    """The options of loss `name` from the config's `algo.options` (a `ConfigError` names a bad key or value)."""
+    return options_of(LOSSES.get(name).options, data, "algo.options")
+
+
+register_loss("grpo", LossSpec(ppo_clip, 0.2, 0.2, "seq_mean", description="PPO-clip, symmetric eps, optional KL"))
+register_loss("dapo", LossSpec(ppo_clip, 0.2, 0.28, "token_mean", description="clip-higher, token-level mean"))
+register_loss("eppo", LossSpec(ppo_clip, 0.2, 0.28, "token_mean", paced=True,
+                               description="per-task bounds from the pacer"))
+register_loss("clip_cov", LossSpec(clip_cov, 0.2, 0.28, "token_mean", options=ClipCovOptions,
+                                   description="detach random high-covariance tokens"))
+register_loss("kl_cov", LossSpec(kl_cov, 0.2, 0.28, "token_mean", options=KlCovOptions,
+                                 description="KL penalty on top-k covariance tokens"))
 
 
 def token_weights(mask: Tensor, agg: str, total_tokens: float, total_seqs: float) -> Tensor:

@@ -1,6 +1,6 @@
 """Entropy pacing (EPPO): a per-task clip range set from each task's token entropy relative to the others.
 
-The reconstruction in DESIGN.md §The learner, step by step:
+As implemented (docs/design.md, "Entropy pacing"), step by step:
   1. H_k: mean token entropy of the sampling policy over task k's response tokens in this batch (no gradient).
   2. H^_k <- beta * H^_k + (1 - beta) * H_k (the first observation initialises H^_k, so no bias towards 0).
   3. z_k = log(H^_k / mean_j H^_j); c_k = 1 + lam * (2 * sigmoid(alpha * z_k) - 1), so c_k is in (1-lam, 1+lam).
@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from eppo_train.config import PacingConfig
+from eppo_train.config import PACING_VARIANTS, PacingConfig
 
-VARIANTS = ("both", "high", "low", "target")
+VARIANTS = PACING_VARIANTS  # owned and validated by the config
 
 
 @dataclass
@@ -33,8 +33,6 @@ class PaceStep:
 
 class EntropyPacer:
     def __init__(self, cfg: PacingConfig, eps_low: float, eps_high: float) -> None:
-        if cfg.variant not in VARIANTS:
-            raise ValueError(f"unknown pacing variant {cfg.variant!r} (known: {', '.join(VARIANTS)})")
         self.cfg = cfg
         self.eps_low, self.eps_high = eps_low, eps_high
         self.step = 0  # updates done

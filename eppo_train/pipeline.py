@@ -80,7 +80,7 @@ def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = N
 # ---------------------------------------------------------------------------- the stages
 class Pipeline:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
-        from eppo_train.trainer import prepare_tasks
+        from eppo_train.tasks import prepare_tasks
 
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
         self.slots = prepare_tasks(cfg)

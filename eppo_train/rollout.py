@@ -3,8 +3,9 @@
 Per turn, every live episode acts in one batched call (`Agent.act`: a token policy's `generate`, or a text-only
 agent for evaluation), then every env steps. Token agents get a transcript built by appending token ids (see
 `policy/chat.py`), so each `Sample` holds exactly what the sampler conditioned on, with a loss mask over sampled
-tokens only. Context per task: `full` (the whole transcript, one Sample per episode) or `window:k` (the first user
-message plus the last k exchanges, one Sample per turn).
+tokens only. Context per task (`ContextMode`): `full` (the whole transcript, one Sample per episode) or `window`
+(the first user message plus the last k exchanges, one Sample per turn). Episodes and samples carry the task label
+the caller gives (`RolloutConfig.labels`), so nothing downstream rewrites them.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from eppo_envs.core import Episode, Turn, first_prompt
 from eppo_envs.core.record import json_safe
+from eppo_train.config import CONTEXT_KINDS, RolloutSection
 from eppo_train.envpool import EnvJob, EnvPool
-from eppo_train.policy.agents import Action, Agent, Turnstate, as_agent
+from eppo_train.policy.agents import Action, Agent, TurnState, as_agent
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.chat import ChatFormat
 from eppo_train.records import Sample
@@ -40,29 +42,44 @@ class Problem:
         return f"{self.env_id}|{self.split}|{self.seed}"
 
 
+@dataclass(frozen=True)
+class ContextMode:
+    """What a token policy sees each turn: `full` (the whole transcript, one Sample per episode) or `window`
+    (the first user message plus the last `window` exchanges, one Sample per turn)."""
+
+    kind: str = "full"  # full | window
+    window: int = 0  # exchanges kept (window mode, >= 1)
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONTEXT_KINDS:
+            raise ValueError(f"context mode must be one of {', '.join(CONTEXT_KINDS)}, got {self.kind!r}")
+        if self.kind == "window" and self.window < 1:
+            raise ValueError(f"a window context keeps >= 1 exchanges, got {self.window}")
+
+
+FULL = ContextMode()
+
+
 @dataclass
-class RolloutConfig:
-    group_size: int = 8
-    max_turns: int = 8
-    max_new_tokens: int = 256  # per turn
-    max_total_tokens: int = 4096  # per sequence the learner sees (prompt + every turn, or one window)
-    temperature: float = 1.0  # <= 0: greedy
-    top_p: float = 1.0
-    context: dict[str, str] = field(default_factory=dict)  # task name or env id -> "full" | "window:k"
-    default_context: str = "full"
-    system_prompt: str | None = None  # None: the chat template's own default
+class RolloutConfig(RolloutSection):
+    """The rollout's settings: the config's `rollout` section (same fields, same defaults) plus what the caller
+    decides per run: each task's context mode and label, the sampling seed, stop strings."""
+
+    context: dict[str, ContextMode] = field(default_factory=dict)  # task label or env id -> mode (else FULL)
+    labels: dict[str, str] = field(default_factory=dict)  # env id -> the task label episodes are tagged with
     stop: tuple[str, ...] = ()
     seed: int | None = None  # sampling seed (turn t uses seed + t)
-    progress: bool = True
 
-    def context_mode(self, task: str, env_id: str) -> tuple[str, int]:
-        """("full", 0) or ("window", k) for a task."""
-        spec = self.context.get(env_id) or self.context.get(task) or self.default_context
-        if spec == "full":
-            return "full", 0
-        if spec.startswith("window:") and spec.split(":", 1)[1].isdigit() and int(spec.split(":", 1)[1]) >= 1:
-            return "window", int(spec.split(":", 1)[1])
-        raise ValueError(f"context mode must be 'full' or 'window:k' with k >= 1, got {spec!r} for {task}")
+    @classmethod
+    def from_section(cls, section: RolloutSection, **extra: Any) -> RolloutConfig:
+        return cls(**{f.name: getattr(section, f.name) for f in fields(RolloutSection)}, **extra)
+
+    def label(self, env_id: str, env_task: str) -> str:
+        """The task label of an episode of `env_id`: the caller's, else the env's own task name."""
+        return self.labels.get(env_id, env_task)
+
+    def context_mode(self, task: str, env_id: str) -> ContextMode:
+        return self.context.get(env_id) or self.context.get(task) or FULL
 
     def sampling(self, turn: int = 0) -> SamplingParams:
         seed = None if self.seed is None else self.seed + turn
@@ -84,7 +101,7 @@ class _Live:
     member: int
     slot: int
     episode: Episode
-    mode: tuple[str, int]
+    mode: ContextMode
     observation: str
     info: dict[str, Any]
     messages: list[dict[str, str]]
@@ -136,9 +153,10 @@ def run_rollout(
     for slot, ((problem, member), (obs, info)) in enumerate(zip(order, resets, strict=True)):
         user = first_prompt(obs, info)
         messages = fmt.start(user) if fmt else _start_messages(user, cfg.system_prompt)
-        episode = Episode(problem.env_id, info["task"], info.get("split", problem.split), problem.seed,
+        task = cfg.label(problem.env_id, info["task"])
+        episode = Episode(problem.env_id, task, info.get("split", problem.split), problem.seed,
                           info["instance_id"], info.get("instruction", ""), obs)
-        live = _Live(problem, member, slot, episode, cfg.context_mode(info["task"], problem.env_id), obs, info,
+        live = _Live(problem, member, slot, episode, cfg.context_mode(task, problem.env_id), obs, info,
                      messages, obs_hashes=[_hash(obs)])
         if fmt is not None:
             live.ids = fmt.prompt_ids(messages)
@@ -192,20 +210,20 @@ def _start_messages(user: str, system: str | None) -> list[dict[str, str]]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
 
 
-def _turn_state(live: _Live, turn: int, fmt: ChatFormat | None, cfg: RolloutConfig) -> Turnstate:
-    mode, k = live.mode
+def _turn_state(live: _Live, turn: int, fmt: ChatFormat | None, cfg: RolloutConfig) -> TurnState:
+    mode = live.mode.kind
     system = 1 if live.messages and live.messages[0]["role"] == "system" else 0
-    messages = _window(live.messages, k, system) if mode == "window" else live.messages
+    messages = _window(live.messages, live.mode.window, system) if mode == "window" else live.messages
     prompt: list[int] | None = None
     if fmt is not None:
         prompt = live.ids if mode == "full" else fmt.prompt_ids(messages)
     budget = cfg.max_new_tokens if prompt is None else min(cfg.max_new_tokens, cfg.max_total_tokens - len(prompt))
     p = live.problem
-    return Turnstate(live.slot, p.env_id, live.episode.task, p.seed, live.member, turn, live.observation, live.info,
+    return TurnState(live.slot, p.env_id, live.episode.task, p.seed, live.member, turn, live.observation, live.info,
                      messages, prompt, budget)
 
 
-def _advance(live: _Live, state: Turnstate, action: Action, out: tuple, fmt: ChatFormat | None) -> None:
+def _advance(live: _Live, state: TurnState, action: Action, out: tuple, fmt: ChatFormat | None) -> None:
     obs, reward, terminated, truncated, info = out
     extras = {k: v for k, v in json_safe(info).items() if k not in _DROP_FROM_TURN}
     if action.token_ids is not None:
@@ -214,7 +232,7 @@ def _advance(live: _Live, state: Turnstate, action: Action, out: tuple, fmt: Cha
     live.episode.won = live.episode.won or bool(info.get("won", False))
     live.messages += [{"role": "assistant", "content": action.text}, {"role": "user", "content": obs}]
     if fmt is not None and action.token_ids is not None:
-        if live.mode[0] == "window":
+        if live.mode.kind == "window":
             live.windows.append((list(state.prompt_ids or []), action))
         start = len(live.ids)
         live.ids += action.token_ids
@@ -239,12 +257,12 @@ def _samples(live: _Live) -> list[Sample]:
         return []  # overflowed before the first response: nothing to train on
     p = live.problem
     meta = {"env_id": p.env_id, "split": p.split, "seed": p.seed, "instance_id": ep.instance_id,
-            "truncated": ep.truncated, "overflow": live.overflow, "context": live.mode[0]}
+            "truncated": ep.truncated, "overflow": live.overflow, "context": live.mode.kind}
     common = dict(task=ep.task, group_id=p.group_id, episode_id=live.episode_id, reward=ep.total_reward,
                   won=ep.won, num_turns=ep.num_steps)
     rewards = [t.reward for t in ep.turns]
     valid = [t.action_valid for t in ep.turns]
-    if live.mode[0] == "full":
+    if live.mode.kind == "full":
         end = live.spans[-1][1]  # drop the trailing observation: nothing after the last response is trained
         return [Sample(turn_index=-1, input_ids=live.ids[:end], loss_mask=live.mask[:end],
                        old_logprobs=live.logprobs[:end], **common,

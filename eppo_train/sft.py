@@ -1,4 +1,4 @@
-"""`eppo-train sft`: the supervised warm start on expert trajectories (DESIGN.md: demos -> SFT -> EPPO).
+"""`eppo-train sft`: the supervised warm start on expert trajectories (demos -> SFT -> EPPO, docs/design.md).
 
 Demonstrations are generated on the fly: each task's expert plays through the *same* rollout loop as RL
 (`rollout.run_rollout` with a token-level expert agent), so the samples carry exactly the chat format, the context
@@ -8,7 +8,8 @@ token); prompts, observations and chat scaffolding never enter it.
 
 A random or untuned model rarely writes a well-formed tool call, so every GRPO group would have zero reward
 variance and RL would have nothing to learn from; this stage fixes the format first. `sft_model` caches the
-result by its settings, so repeated runs (tests, a re-run pipeline) pay for it once.
+result by its settings, so repeated runs (tests, a re-run pipeline) pay for it once; `warm_start` is the stage as
+the CLI's `train` runs it before the trainer (the pipeline and studies run `run_sft` into their own folders).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from pathlib import Path
 import torch
 
 from eppo_train.config import Config, to_dict
-from eppo_train.policy.agents import Action, Agent, Turnstate
+from eppo_train.policy.agents import Action, Agent, TurnState
 from eppo_train.records import Sample
+from eppo_train.tasks import TaskSlot, prepare_tasks, rollout_config, train_problems
 
 
 class ExpertTokenAgent(Agent):
@@ -40,7 +42,7 @@ class ExpertTokenAgent(Agent):
         eos = tokenizer.eos_token_id
         self.eos = eos if isinstance(eos, int) else list(eos)[0]
 
-    def act(self, states: Sequence[Turnstate], pool) -> list[Action]:
+    def act(self, states: Sequence[TurnState], pool) -> list[Action]:
         out = []
         for state, text in zip(states, pool.expert_actions([s.slot for s in states]), strict=True):
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max(state.budget - 1, 0)]
@@ -49,71 +51,41 @@ class ExpertTokenAgent(Agent):
         return out
 
 
-def expert_samples(cfg: Config, slots, tokenizer, pool, episodes: int) -> tuple[list[Sample], dict]:
+def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes: int) -> tuple[list[Sample], dict]:
     """`episodes` expert episodes per task (train split, seeded by the run seed), as RL-format samples. An
     episode the expert did not finish in the turn limit is kept: each of its replies is still the expert's move."""
-    from eppo_train.rollout import Problem, run_rollout
-    from eppo_train.trainer import rollout_config
+    from eppo_train.rollout import run_rollout
 
-    problems = []
-    for s in slots:
-        rng = random.Random(f"{cfg.run.seed}/sft/{s.label}")
-        problems += [Problem(s.env_id, s.cfg.split, rng.randrange(2**31)) for _ in range(episodes)]
+    problems = train_problems(cfg, slots, 0, per_task=episodes, stream="sft")
     rc = replace(rollout_config(cfg, slots, 0), group_size=1, progress=False)
     # a demonstration turn is as long as the expert's reply, not capped by the RL sampling budget
     rc = replace(rc, max_new_tokens=max(rc.max_new_tokens, cfg.sft.max_reply_tokens))
     result = run_rollout(ExpertTokenAgent(tokenizer), pool, problems, rc)
-    label = {s.env_id: s.label for s in slots}
-    for smp in result.samples:
-        smp.task = label.get(smp.meta.get("env_id"), smp.task)
-    won = result.samples
     per_task: dict[str, dict[str, float]] = {}
-    for smp in won:
+    for smp in result.samples:
         t = per_task.setdefault(smp.task, {"samples": 0, "model_tokens": 0, "tokens": 0})
         t["samples"] += 1
         t["model_tokens"] += sum(smp.loss_mask)
         t["tokens"] += len(smp.input_ids)
     wins = {s.label: 0 for s in slots}
     for e in result.episodes:
-        wins[label.get(e.env_id, e.task)] += int(e.won)
+        wins[e.task] += int(e.won)
     for task, w in wins.items():
         per_task.setdefault(task, {"samples": 0, "model_tokens": 0, "tokens": 0})["expert_wins"] = w
-    return won, per_task
+    return result.samples, per_task
 
 
 # ---------------------------------------------------------------------------- the loss and the loop
-def _batch(samples: list[Sample], device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(s.input_ids) for s in samples)
-    ids = torch.zeros(len(samples), width, dtype=torch.long)
-    attn = torch.zeros(len(samples), width, dtype=torch.long)
-    mask = torch.zeros(len(samples), width)
-    for r, s in enumerate(samples):
-        n = len(s.input_ids)
-        ids[r, :n] = torch.tensor(s.input_ids)
-        attn[r, :n] = 1
-        mask[r, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
-    mask[:, 0] = 0.0  # nothing predicts the first token
-    return ids.to(device), attn.to(device), mask.to(device)
-
-
-def _autocast(device: str, bf16: bool):
-    from contextlib import nullcontext
-
-    if device.startswith("cuda") or bf16:
-        return torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
-    return nullcontext()
-
-
 def masked_nll_sum(model, samples: list[Sample], micro_batch_tokens: int, device: str = "cpu",
                    bf16: bool = False, grad: bool = False, scale: float = 1.0) -> tuple[float, int]:
     """(sum of -log p over model tokens, number of model tokens). With `grad`, backpropagates `scale` x the sum
     micro-batch by micro-batch (exact gradient accumulation)."""
-    from eppo_train.learner import micro_batches, token_logprobs_entropy
+    from eppo_train.learner import autocast, micro_batches, pad_tokens, token_logprobs_entropy
 
     total, count = 0.0, 0
     for idx in micro_batches([len(s.input_ids) for s in samples], micro_batch_tokens):
-        ids, attn, mask = _batch([samples[i] for i in idx], device)
-        with _autocast(device, bf16), torch.set_grad_enabled(grad):
+        ids, attn, mask = (t.to(device) for t in pad_tokens([samples[i] for i in idx]))
+        with autocast(device, bf16), torch.set_grad_enabled(grad):
             lp, _ = token_logprobs_entropy(model, ids, attn, mask, 1.0, 256, grad=grad)
             nll = -(lp * mask).sum()
         if grad:
@@ -184,14 +156,14 @@ def train_sft(model, samples: list[Sample], steps: int, lr: float, batch_size: i
 
 
 # ---------------------------------------------------------------------------- the stage
-def sft_key(cfg: Config, slots) -> str:
+def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
     s = cfg.sft
     key = json.dumps([cfg.model.name, to_dict(s), cfg.run.seed, to_dict(cfg.rollout),
                       [to_dict(x.cfg) for x in slots]], sort_keys=True, default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-def run_sft(cfg: Config, slots, out: Path, pool=None, on_step: Callable[[int, float], None] | None = None) -> dict:
+def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool=None, on_step: Callable[[int, float], None] | None = None) -> dict:
     """Generate the demonstrations, train, save the model (+ tokenizer) to `out`; return a JSON-able report."""
     from eppo_train.envpool import LocalEnvPool
     from eppo_train.policy.models import load_model, load_tokenizer
@@ -226,8 +198,17 @@ def run_sft(cfg: Config, slots, out: Path, pool=None, on_step: Callable[[int, fl
     return info
 
 
-def sft_model(cfg: Config, slots) -> str:
+def sft_model(cfg: Config, slots: list[TaskSlot]) -> str:
     """The SFT model for this config (built once per setting in the cache); its folder."""
     from eppo_envs.core.cache import cached_dir
 
     return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out)))
+
+
+def warm_start(cfg: Config) -> Config:
+    """The config RL starts from: with `sft.steps > 0`, the (cached) SFT model as `model.name` and no SFT left to
+    run, so the saved run config names the model the run really began with; else `cfg` itself."""
+    if cfg.sft.steps <= 0:
+        return cfg
+    return replace(cfg, model=replace(cfg.model, name=sft_model(cfg, prepare_tasks(cfg))),
+                   sft=replace(cfg.sft, steps=0))

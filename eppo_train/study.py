@@ -34,7 +34,8 @@ def run_study(cfg: Config, algos: list[str], seeds: list[int], out: Path) -> Pat
     from eppo_train.pipeline import evaluate_model
     from eppo_train.progress import Progress, RLWatcher
     from eppo_train.sft import run_sft
-    from eppo_train.trainer import Trainer, prepare_tasks
+    from eppo_train.tasks import prepare_tasks
+    from eppo_train.trainer import Trainer
 
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "config.yaml")

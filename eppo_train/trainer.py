@@ -3,98 +3,42 @@
 Writes `runs/<name>/`: `config.yaml` (the resolved config), `metrics.jsonl`, `tb/` (TensorBoard), `plots/*.png`,
 `checkpoints/step_NNNNNN/` (model as a transformers folder + tokenizer, `learner.pt` with optimizer, pacer and RNG
 state, `trainer.json` with the step and the metrics offset) and `latest` (the newest checkpoint's name).
-`train(cfg, resume=True)` continues from `latest`: the same step counter, pacer state and metrics.
+`train(cfg, resume=True)` continues from `latest`: the same step counter, pacer state and metrics. The trainer
+trains from `cfg.model.name` as given; the SFT warm start is a stage before it (`sft.warm_start`, run by the CLI
+and the pipeline), so the config a run saves is the config it was given.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import time
-from dataclasses import dataclass, replace
-from importlib import import_module
 from pathlib import Path
 
 from eppo_train.advantages import compute_advantages
-from eppo_train.config import Config, ConfigError, TaskConfig, save_config
+from eppo_train.config import Config, save_config
 from eppo_train.metrics import MetricsWriter
+from eppo_train.tasks import prepare_tasks, rollout_config, train_problems
 
 
 class RunError(ValueError):
     """A user error about the run directory (exists, nothing to resume): one line, exit 2."""
 
 
-@dataclass
-class TaskSlot:
-    """One configured task: the env id the rollout makes, and the label EPPO paces and logs it by."""
-
-    cfg: TaskConfig
-    env_id: str
-    label: str
+def holds_run(run_dir: Path) -> bool:
+    return (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
 
 
-def prepare_tasks(cfg: Config) -> list[TaskSlot]:
-    """Import task modules, check every id, and register a run-local variant where a task sets its own name,
-    kwargs or turn limit (so two settings of one env are two tasks, and Ray workers rebuild them from the spec)."""
-    import gymnasium as gym
-
-    import eppo_envs
-    from eppo_envs.core.registry import task_spec
-
-    for module in cfg.env.imports:
-        try:
-            import_module(module)
-        except ImportError as exc:
-            raise ConfigError(f"env.imports: cannot import {module!r} ({exc})") from None
-    slots, labels = [], set()
-    for i, t in enumerate(cfg.env.tasks):
-        if t.id not in gym.registry:
-            raise ConfigError(f"env.tasks.{i}.id: unknown task {t.id!r} (registered: {', '.join(eppo_envs.tasks())})")
-        base = gym.spec(t.id)
-        try:
-            label = t.name or task_spec(t.id).task
-        except KeyError:
-            label = t.name or t.id.split("/")[-1]
-        if label in labels:
-            raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
-        labels.add(label)
-        env_id = t.id
-        if t.name or t.kwargs or t.max_turns:
-            env_id = f"run/{label}-v0"
-            steps = min(t.max_turns, base.max_episode_steps or t.max_turns) if t.max_turns else base.max_episode_steps
-            kwargs = {**base.kwargs, **t.kwargs}
-            known = gym.registry.get(env_id)
-            if known is None or (known.kwargs, known.max_episode_steps, known.entry_point) != (
-                    kwargs, steps, base.entry_point):
-                eppo_envs.register(env_id, base.entry_point, task=label, description=f"{t.id} as {label}",
-                                   max_episode_steps=steps, **kwargs)
-        slots.append(TaskSlot(t, env_id, label))
-    return slots
-
-
-def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int):
-    from eppo_train.rollout import RolloutConfig
-
-    r = cfg.rollout
-    context = {s.env_id: "full" if s.cfg.context == "full" else f"window:{s.cfg.window}" for s in slots}
-    return RolloutConfig(
-        group_size=r.group_size, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens,
-        max_total_tokens=r.max_total_tokens, temperature=r.temperature, top_p=r.top_p, context=context,
-        system_prompt=r.system_prompt, seed=(cfg.run.seed * 1_000_003 + iteration * 7919) % 2**31,
-        progress=r.progress,
-    )
-
-
-def problems_for(cfg: Config, slots: list[TaskSlot], iteration: int) -> list:
-    """The iteration's problems: seeded by (run seed, iteration, task), so a resumed run draws the same ones."""
-    from eppo_train.rollout import Problem
-
-    out = []
-    for s in slots:
-        rng = random.Random(f"{cfg.run.seed}/{iteration}/{s.label}")
-        out += [Problem(s.env_id, s.cfg.split, rng.randrange(2**31)) for _ in range(s.cfg.problems)]
-    return out
+def check_run_dir(cfg: Config, resume: bool) -> None:
+    """Raise `RunError` when the run directory cannot be used as asked (before any slow stage starts)."""
+    run_dir = cfg.run_dir
+    if resume:
+        marker = run_dir / "latest"
+        if not marker.exists() or not (run_dir / "checkpoints" / marker.read_text().strip()).exists():
+            raise RunError(f"nothing to resume in {run_dir} (no checkpoint yet)")
+    elif holds_run(run_dir) and not cfg.run.overwrite:
+        raise RunError(f"{run_dir} already holds a run: --resume {run_dir}, another "
+                       "--set run.name=..., or --set run.overwrite=true")
 
 
 def rollout_metrics(episodes, samples) -> dict[str, dict[str, float]]:
@@ -132,18 +76,15 @@ class Trainer:
 
     def _prepare_dir(self) -> tuple[int, int | None]:
         """(first iteration, metrics offset to resume from, or None for a fresh start)."""
+        check_run_dir(self.cfg, self.resume)
         if self.resume:
             latest = self._latest()
-            if latest is None:
-                raise RunError(f"nothing to resume in {self.run_dir} (no checkpoint yet)")
             state = json.loads((latest / "trainer.json").read_text())
-            print(f"resuming {self.run_dir} from {latest.name}: continuing at step {int(state['step']) + 1} of {self.cfg.run.iterations}", flush=True)  # noqa: E501
+            print(f"resuming {self.run_dir} from {latest.name}: continuing at step {int(state['step']) + 1} of "
+                  f"{self.cfg.run.iterations}", flush=True)
             return int(state["step"]), int(state["metrics_offset"])
-        if (self.run_dir / "metrics.jsonl").exists() or (self.run_dir / "checkpoints").exists():
-            if not self.cfg.run.overwrite:
-                raise RunError(f"{self.run_dir} already holds a run: --resume {self.run_dir}, another "
-                               "--set run.name=..., or --set run.overwrite=true")
-            shutil.rmtree(self.run_dir)
+        if holds_run(self.run_dir):
+            shutil.rmtree(self.run_dir)  # run.overwrite (check_run_dir refused otherwise)
         return 0, None
 
     def _save(self, workers, step: int, metrics: MetricsWriter, tokenizer) -> Path:
@@ -165,12 +106,6 @@ class Trainer:
         from eppo_train.rollout import run_rollout
 
         start, offset = self._prepare_dir()
-        if self.cfg.sft.steps > 0 and start == 0:
-            from eppo_train.sft import sft_model
-
-            # RL starts from the SFT model; the saved config points at it (a resume loads its checkpoint)
-            self.cfg = replace(self.cfg, model=replace(self.cfg.model, name=sft_model(self.cfg, self.slots)),
-                               sft=replace(self.cfg.sft, steps=0))
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, self.run_dir / "config.yaml")
@@ -221,15 +156,11 @@ class Trainer:
 
         cfg = self.cfg
         t0 = time.perf_counter()
-        result = run_rollout(workers.policy, pool, problems_for(cfg, self.slots, it), rollout_config(cfg, self.slots, it))
+        result = run_rollout(workers.policy, pool, train_problems(cfg, self.slots, it),
+                             rollout_config(cfg, self.slots, it))
         rollout_s = time.perf_counter() - t0
-        label = {s.env_id: s.label for s in self.slots}
-        for s in result.samples:
-            s.task = label.get(s.meta.get("env_id"), s.task)
-        for e in result.episodes:
-            e.task = label.get(e.env_id, e.task)
         adv = compute_advantages(result.samples, cfg.algo.advantage, cfg.algo.scale_by_std,
-                                 cfg.algo.filter_zero_variance, cfg.algo.gigpo_weight, cfg.algo.gigpo_gamma)
+                                 cfg.algo.filter_zero_variance, cfg.algo.advantage_options)
         t1 = time.perf_counter()
         report = workers.train(adv.samples) if adv.samples else None
         workers.sync_weights()

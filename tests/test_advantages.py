@@ -15,7 +15,8 @@ def test_grpo_group_normalisation():
     batch = [sample("t", "g", f"e{i}", r) for i, r in enumerate([1.0, 0.0, 0.0, 1.0])]
     res = compute_advantages(batch, "grpo")
     # mean 0.5, population std 0.5
-    assert [s.advantage for s in batch] == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-4)
+    assert [s.advantage for s in res.samples] == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-4)
+    assert [s.advantage for s in batch] == [0.0] * 4  # new records: the rollout's are left as they were
     assert res.stats["zero_variance_groups"] == 0
     no_std = compute_advantages(batch, "grpo", scale_by_std=False)
     assert [s.advantage for s in no_std.samples] == pytest.approx([0.5, -0.5, -0.5, 0.5])
@@ -35,8 +36,8 @@ def test_task_normalisation_equalises_scales():
     # task x rewards in {0, 10}, task y in {0, 1}: after per-task normalisation both have unit scale
     batch = [sample("x", "gx", "a", 10.0), sample("x", "gx", "b", 0.0),
              sample("y", "gy", "c", 1.0), sample("y", "gy", "d", 0.0)]
-    compute_advantages(batch, "task")
-    assert [s.advantage for s in batch] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-4)
+    res = compute_advantages(batch, "task")
+    assert [s.advantage for s in res.samples] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-4)
 
 
 def test_gigpo_adds_step_advantage_for_shared_states():
@@ -46,10 +47,22 @@ def test_gigpo_adds_step_advantage_for_shared_states():
              sample("t", "g", "b", 1.0, turn=0, turns=3),
              sample("t", "g", "b", 1.0, turn=1, turns=3, prompt=(3, 4)),
              sample("t", "g", "c", 0.0, turn=0, turns=1, prompt=(5, 6))]
-    compute_advantages(batch, "gigpo", gigpo_gamma=0.9, gigpo_weight=1.0)
+    batch = compute_advantages(batch, "gigpo", options={"gamma": 0.9, "weight": 1.0}).samples
     # episode rewards a=1, b=1, c=0: mean 2/3, std sqrt(2)/3
     ep = (1 - 2 / 3) / (2 ** 0.5 / 3 + 1e-6)
     # step group {a turn0 (1.0), b turn0 (0.81)}: mean 0.905, std 0.095 -> +1 / -1
     assert batch[0].advantage == pytest.approx(ep + 1.0, abs=1e-4)
     assert batch[1].advantage == pytest.approx(ep - 1.0, abs=1e-4)
     assert batch[2].advantage == pytest.approx(ep, abs=1e-4)  # a state seen once: episode advantage only
+
+
+def test_estimator_options_are_validated_by_the_estimator():
+    from eppo_train.typed import ConfigError
+
+    batch = [sample("t", "g", "a", 1.0), sample("t", "g", "b", 0.0)]
+    with pytest.raises(ConfigError, match="unknown key algo.advantage_options.gama"):
+        compute_advantages(batch, "gigpo", options={"gama": 0.9})
+    with pytest.raises(ConfigError, match="takes no options"):
+        compute_advantages(batch, "grpo", options={"gamma": 0.9})
+    with pytest.raises(ConfigError, match="algo.advantage: unknown estimator 'nope'"):
+        compute_advantages(batch, "nope")

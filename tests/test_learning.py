@@ -22,7 +22,8 @@ from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.hf import HFPolicy
 from eppo_train.rollout import Problem, RolloutConfig, run_rollout
 from eppo_train.sft import sft_model
-from eppo_train.trainer import Trainer, prepare_tasks
+from eppo_train.tasks import prepare_tasks
+from eppo_train.trainer import Trainer
 
 ITERATIONS = 10
 MARGIN = 0.5  # greedy success must rise by at least this much

@@ -5,7 +5,17 @@ import math
 import pytest
 import torch
 
-from eppo_train.losses import LOSSES, LossInputs, aggregate, clip_cov, k3, kl_cov, ppo_clip, token_weights
+from eppo_train.losses import (
+    LOSSES,
+    KlCovOptions,
+    LossInputs,
+    aggregate,
+    clip_cov,
+    k3,
+    kl_cov,
+    ppo_clip,
+    token_weights,
+)
 
 LOG = math.log
 
@@ -92,7 +102,7 @@ def test_clip_cov_detaches_the_high_covariance_token():
 
 def test_kl_cov_penalises_the_top_covariance_token():
     inp = cov_batch(shift=0.2)  # ratio e^0.2 on every token
-    inp.options = {"kl_cov_ratio": 0.25, "kl_cov_coef": 1.0}  # k = 1 of 4 tokens
+    inp.options = KlCovOptions(ratio=0.25, coef=1.0)  # k = 1 of 4 tokens
     out = kl_cov(inp)
     r = math.exp(0.2)
     assert torch.allclose(out.per_token, torch.tensor([[-r, r + 0.2, 0.0, 0.0]]), atol=1e-6)

@@ -9,7 +9,8 @@ import eppo_envs.example.guess_number  # noqa: F401  (registers example/GuessNum
 from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.agents import ExpertAgent, RandomAgent
 from eppo_train.policy.hf import HFPolicy
-from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+from eppo_train.config import RolloutSection
+from eppo_train.rollout import FULL, ContextMode, Problem, RolloutConfig, run_rollout
 
 ENV = "example/GuessNumber-v0"
 
@@ -75,7 +76,7 @@ def test_full_context_masks_exactly_the_sampled_tokens(policy, pool):
 
 
 def test_window_context_gives_one_sample_per_turn_with_bounded_history(policy, pool):
-    cfg = RolloutConfig(group_size=1, max_turns=4, max_new_tokens=8, context={"guess_number": "window:1"},
+    cfg = RolloutConfig(group_size=1, max_turns=4, max_new_tokens=8, context={"guess_number": ContextMode("window", 1)},
                         seed=1, progress=False)
     result = run_rollout(policy, pool, _problems(1), cfg)
     episode = result.episodes[0]
@@ -84,7 +85,7 @@ def test_window_context_gives_one_sample_per_turn_with_bounded_history(policy, p
     prompt_text = policy.tokenizer.decode([t for t, m in zip(last.input_ids, last.loss_mask, strict=True) if not m])
     assert episode.instruction in prompt_text  # the first user message always stays
     if episode.num_steps >= 3:
-        # window:1 keeps only the latest exchange: the first turn's raw reply is gone from the last prompt
+        # a window of 1 keeps only the latest exchange: the first turn's raw reply is gone from the last prompt
         assert prompt_text.count("<|im_start|>assistant") == 2
     for sample in result.samples:
         assert sample.loss_mask[-sample.num_response_tokens :] == [1] * sample.num_response_tokens
@@ -98,8 +99,29 @@ def test_overflowing_episodes_are_truncated_cleanly(policy, pool):
     assert result.stats["per_task"]["guess_number"]["overflow"] > 0
 
 
-def test_context_mode_is_validated():
-    cfg = RolloutConfig(context={"guess_number": "window:0"})
-    with pytest.raises(ValueError, match="window:k"):
-        cfg.context_mode("guess_number", ENV)
-    assert RolloutConfig(default_context="window:3").context_mode("x", "y") == ("window", 3)
+def test_context_mode_is_typed_and_validated():
+    with pytest.raises(ValueError, match=">= 1 exchanges"):
+        ContextMode("window", 0)
+    with pytest.raises(ValueError, match="full, window"):
+        ContextMode("windo", 2)
+    cfg = RolloutConfig(context={ENV: ContextMode("window", 3)})
+    assert cfg.context_mode("guess_number", ENV) == ContextMode("window", 3)
+    assert cfg.context_mode("other", "other/Env-v0") == FULL
+
+
+def test_one_rollout_config_with_the_config_sections_defaults():
+    section = RolloutSection(group_size=3, max_new_tokens=12)
+    rc = RolloutConfig.from_section(section, seed=5)
+    assert isinstance(rc, RolloutSection) and (rc.group_size, rc.max_new_tokens, rc.seed) == (3, 12, 5)
+    defaults = RolloutConfig()
+    assert (defaults.group_size, defaults.max_new_tokens, defaults.max_total_tokens) == (
+        RolloutSection().group_size, RolloutSection().max_new_tokens, RolloutSection().max_total_tokens)
+
+
+def test_episodes_and_samples_carry_the_label_they_are_given(policy, pool):
+    cfg = RolloutConfig(group_size=2, max_turns=2, max_new_tokens=8, labels={ENV: "guess_tagged"}, seed=3,
+                        progress=False)
+    result = run_rollout(policy, pool, _problems(1), cfg)
+    assert {e.task for e in result.episodes} == {"guess_tagged"}
+    assert {s.task for s in result.samples} == {"guess_tagged"}
+    assert set(result.stats["per_task"]) == {"guess_tagged"}

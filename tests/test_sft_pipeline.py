@@ -11,7 +11,7 @@ import yaml
 from eppo_train.config import load_config
 from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.models import load_model, load_tokenizer
-from eppo_train.trainer import prepare_tasks
+from eppo_train.tasks import prepare_tasks
 
 
 @pytest.fixture(scope="module")

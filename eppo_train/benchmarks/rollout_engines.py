@@ -36,7 +36,7 @@ def matmul_flops(n: int = 1024, reps: int = 5) -> float:
 def make_train_workload(model: str, quick: bool):
     """(rollout config, problems, slots) of the pipeline's first RL iteration."""
     from eppo_train.config import load_config
-    from eppo_train.trainer import prepare_tasks, problems_for, rollout_config
+    from eppo_train.tasks import prepare_tasks, rollout_config, train_problems
 
     overrides = [f"model.name={model}"]
     if quick:
@@ -46,7 +46,7 @@ def make_train_workload(model: str, quick: bool):
     if quick:
         slots = slots[:2]
     rc = replace(rollout_config(cfg, slots, 0), progress=False)
-    return cfg, rc, problems_for(cfg, slots, 0)
+    return cfg, rc, train_problems(cfg, slots, 0)
 
 
 @section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the bf16 matmul rate", "8-15 min")

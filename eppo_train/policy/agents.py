@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Turnstate:
+class TurnState:
     """What an agent may read about one live episode at this turn (filled by the rollout)."""
 
     slot: int
@@ -55,7 +55,7 @@ class Agent(ABC):
     name: str = "agent"
 
     @abstractmethod
-    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]: ...
+    def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]: ...
 
 
 class PolicyAgent(Agent):
@@ -68,7 +68,7 @@ class PolicyAgent(Agent):
         self.tokenizer = policy.tokenizer
         self.name = getattr(policy, "name", type(policy).__name__)
 
-    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+    def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         prompts = [s.prompt_ids or [] for s in states]
         gens = self.policy.generate(prompts, self.params, budgets=[s.budget for s in states])
         return [Action(g.text, g.token_ids, g.logprobs, g.finished) for g in gens]
@@ -81,7 +81,7 @@ class ChatAgent(Agent):
         self.backend, self.params = backend, params
         self.name = getattr(backend, "name", "chat")
 
-    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+    def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         return [Action(text) for text in self.backend.chat([s.messages for s in states], self.params)]
 
 
@@ -90,7 +90,7 @@ class ExpertAgent(Agent):
 
     name = "expert"
 
-    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+    def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         return [Action(text) for text in pool.expert_actions([s.slot for s in states])]
 
 
@@ -113,10 +113,10 @@ class RandomAgent(Agent):
         self.seed = seed
         self._tags: dict[str, tuple[str, ...]] = {}
 
-    def act(self, states: Sequence[Turnstate], pool: EnvPool) -> list[Action]:
+    def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         return [Action(self._one(s)) for s in states]
 
-    def _one(self, s: Turnstate) -> str:
+    def _one(self, s: TurnState) -> str:
         rng = random.Random(f"{self.seed}/{s.env_id}/{s.seed}/{s.member}/{s.turn}")
         tags = self._tags.setdefault(s.env_id, tool_tags(s.env_id))
         admissible = s.info.get("admissible_actions")

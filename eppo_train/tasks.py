@@ -1,0 +1,91 @@
+"""The configured tasks as the run sees them: task slots, the iteration's problems, the rollout settings.
+
+`prepare_tasks(cfg)` turns `env.tasks` into `TaskSlot`s (registering a run-local env where a task sets its own
+name, kwargs or turn limit); `train_problems` draws one iteration's problems; `rollout_config` builds the rollout's
+typed settings for an iteration. The trainer, the SFT stage, the pipeline, studies and benchmarks all start here,
+so they see the same tasks, labels and seeds.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from importlib import import_module
+
+from eppo_train.config import Config, ConfigError, TaskConfig
+from eppo_train.rollout import ContextMode, Problem, RolloutConfig
+
+
+@dataclass
+class TaskSlot:
+    """One configured task: the env id the rollout makes, and the label EPPO paces and logs it by."""
+
+    cfg: TaskConfig
+    env_id: str
+    label: str
+
+    @property
+    def context(self) -> ContextMode:
+        return ContextMode(self.cfg.context, self.cfg.window if self.cfg.context == "window" else 0)
+
+
+def prepare_tasks(cfg: Config) -> list[TaskSlot]:
+    """Import task modules, check every id, and register a run-local variant where a task sets its own name,
+    kwargs or turn limit (so two settings of one env are two tasks, and Ray workers rebuild them from the spec)."""
+    import gymnasium as gym
+
+    import eppo_envs
+    from eppo_envs.core.registry import task_spec
+
+    for module in cfg.env.imports:
+        try:
+            import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"env.imports: cannot import {module!r} ({exc})") from None
+    slots, labels = [], set()
+    for i, t in enumerate(cfg.env.tasks):
+        if t.id not in gym.registry:
+            raise ConfigError(f"env.tasks.{i}.id: unknown task {t.id!r} (registered: {', '.join(eppo_envs.tasks())})")
+        base = gym.spec(t.id)
+        try:
+            label = t.name or task_spec(t.id).task
+        except KeyError:
+            label = t.name or t.id.split("/")[-1]
+        if label in labels:
+            raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
+        labels.add(label)
+        env_id = t.id
+        if t.name or t.kwargs or t.max_turns:
+            env_id = f"run/{label}-v0"
+            steps = min(t.max_turns, base.max_episode_steps or t.max_turns) if t.max_turns else base.max_episode_steps
+            kwargs = {**base.kwargs, **t.kwargs}
+            known = gym.registry.get(env_id)
+            if known is None or (known.kwargs, known.max_episode_steps, known.entry_point) != (
+                    kwargs, steps, base.entry_point):
+                eppo_envs.register(env_id, base.entry_point, task=label, description=f"{t.id} as {label}",
+                                   max_episode_steps=steps, **kwargs)
+        slots.append(TaskSlot(t, env_id, label))
+    return slots
+
+
+def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int) -> RolloutConfig:
+    """The rollout settings of one iteration: `cfg.rollout`, each slot's context mode and label, a seed per
+    (run seed, iteration)."""
+    return RolloutConfig.from_section(
+        cfg.rollout,
+        context={s.env_id: s.context for s in slots},
+        labels={s.env_id: s.label for s in slots},
+        seed=(cfg.run.seed * 1_000_003 + iteration * 7919) % 2**31,
+    )
+
+
+def train_problems(cfg: Config, slots: list[TaskSlot], iteration: int, per_task: int | None = None,
+                   stream: str | None = None) -> list[Problem]:
+    """The iteration's training problems: `problems` per task (or `per_task`), seeded by (run seed, iteration or
+    `stream`, task), so a resumed run draws the same ones."""
+    out = []
+    for s in slots:
+        rng = random.Random(f"{cfg.run.seed}/{iteration if stream is None else stream}/{s.label}")
+        n = s.cfg.problems if per_task is None else per_task
+        out += [Problem(s.env_id, s.cfg.split, rng.randrange(2**31)) for _ in range(n)]
+    return out
