@@ -199,8 +199,31 @@ def to_dict(cfg: Any) -> dict:
     return plain(dataclasses.asdict(cfg))
 
 
+# Flat algo keys of configs saved before losses and estimators took their own options (old run dirs, --resume):
+# key -> (the loss or estimator it belonged to, its section, its new name).
+_FLAT_OPTIONS = {
+    "clip_cov_ratio": ("clip_cov", "options", "ratio"), "clip_cov_lb": ("clip_cov", "options", "lb"),
+    "clip_cov_ub": ("clip_cov", "options", "ub"), "kl_cov_ratio": ("kl_cov", "options", "ratio"),
+    "kl_cov_coef": ("kl_cov", "options", "coef"), "gigpo_weight": ("gigpo", "advantage_options", "weight"),
+    "gigpo_gamma": ("gigpo", "advantage_options", "gamma"),
+}
+
+
+def _upgrade(data: dict) -> dict:
+    algo = data.get("algo")
+    if not isinstance(algo, dict) or not set(algo) & set(_FLAT_OPTIONS):
+        return data
+    algo = dict(algo)
+    for key in set(algo) & set(_FLAT_OPTIONS):
+        owner, section, name = _FLAT_OPTIONS[key]
+        value = algo.pop(key)
+        if owner in (algo.get("name"), algo.get("advantage")):  # the others' settings never had an effect
+            algo[section] = {**(algo.get(section) or {}), name: value}
+    return {**data, "algo": algo}
+
+
 def from_dict(data: dict) -> Config:
-    cfg = build(Config, data)
+    cfg = build(Config, _upgrade(data))
     validate(cfg)
     return cfg
 

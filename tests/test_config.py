@@ -48,3 +48,14 @@ def test_save_and_reload_round_trip(tmp_path):
     again = load_config(str(tmp_path / "config.yaml"))
     assert to_dict(again) == to_dict(cfg) and again.pacing.target_entropy == {"guess_small": 0.7}
     assert from_dict(to_dict(cfg)) == cfg
+
+
+def test_a_config_saved_with_flat_loss_settings_still_loads(tmp_path):
+    old = to_dict(load_config("tiny", ["algo.name=clip_cov", "algo.advantage=gigpo"]))
+    old["algo"].pop("options")
+    old["algo"].pop("advantage_options")
+    old["algo"].update(clip_cov_ratio=0.01, clip_cov_lb=1.0, clip_cov_ub=5.0, kl_cov_ratio=0.002, kl_cov_coef=1.0,
+                       gigpo_weight=0.5, gigpo_gamma=0.9)
+    cfg = from_dict(old)
+    assert cfg.algo.options == {"ratio": 0.01, "lb": 1.0, "ub": 5.0}  # kl_cov's keys belonged to another loss
+    assert cfg.algo.advantage_options == {"weight": 0.5, "gamma": 0.9}

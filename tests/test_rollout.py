@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import eppo_envs.example.guess_number  # noqa: F401  (registers example/GuessNumber-v0)
+from eppo_train.config import RolloutSection
 from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.agents import ExpertAgent, RandomAgent
 from eppo_train.policy.hf import HFPolicy
-from eppo_train.config import RolloutSection
 from eppo_train.rollout import FULL, ContextMode, Problem, RolloutConfig, run_rollout
 
 ENV = "example/GuessNumber-v0"

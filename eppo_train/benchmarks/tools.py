@@ -31,7 +31,7 @@ def bench_sandbox(ctx: BenchContext) -> list[Figure]:
 
 @section("retriever", "retriever latency and queries/s", "1-2 min")
 def bench_retriever(ctx: BenchContext) -> list[Figure]:
-    bench = need_module("eppo_envs.tools.retriever_bench", "the retriever benchmark")
+    bench = need_module("eppo_envs.searchqa.bench", "the retriever benchmark")
     from eppo_envs.tools.retriever import make_retriever
 
     docs, questions = bench.wordnet_workload()
