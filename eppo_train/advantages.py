@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eppo_train.records import Sample
-from eppo_train.typed import Registry, options_of
+from eppo_train.typed import Registry
 
 EPS = 1e-6
 
@@ -141,16 +141,9 @@ class EstimatorSpec:
     options: type | None = None  # the dataclass of its `algo.advantage_options` (None: it takes none)
 
 
-ESTIMATORS: Registry[EstimatorSpec] = Registry("estimator", "algo.advantage")
-
-
-def register_estimator(name: str, spec: EstimatorSpec) -> EstimatorSpec:
-    """Add an estimator selectable as `algo.advantage=<name>`."""
-    return ESTIMATORS.register(name, spec)
-
-
-def estimator_options(name: str, data: dict[str, Any]) -> Any:
-    return options_of(ESTIMATORS.get(name).options, data, "algo.advantage_options")
+ESTIMATORS: Registry[EstimatorSpec] = Registry("estimator", "algo.advantage", "algo.advantage_options")
+register_estimator = ESTIMATORS.register  # (name, EstimatorSpec): selectable as algo.advantage=<name>
+estimator_options = ESTIMATORS.options  # (name, algo.advantage_options) -> the estimator's options dataclass
 
 
 register_estimator("grpo", EstimatorSpec(grpo))

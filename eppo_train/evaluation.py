@@ -119,9 +119,9 @@ def resolve_tasks(spec: str) -> list[str]:
 
 
 def eval_split(env_id: str) -> str:
-    entry = gym.spec(env_id).entry_point
-    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    return getattr(cls, "eval_split", "test")
+    from eppo_envs.core.registry import env_class
+
+    return getattr(env_class(env_id), "eval_split", "test")
 
 
 def problems_for(env_ids: list[str], split: str | None, episodes: int) -> list:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from eppo_train.typed import Registry, options_of
+from eppo_train.typed import Registry
 
 
 @dataclass
@@ -137,17 +137,9 @@ class LossSpec:
     options: type | None = None  # the dataclass of its `algo.options` (None: it takes none)
 
 
-LOSSES: Registry[LossSpec] = Registry("loss", "algo.name")
-
-
-def register_loss(name: str, spec: LossSpec) -> LossSpec:
-    """Add a loss selectable as `algo.name=<name>` (its options as `algo.options.<field>=...`)."""
-    return LOSSES.register(name, spec)
-
-
-def loss_options(name: str, data: dict[str, Any]) -> Any:
-    """The options of loss `name` from the config's `algo.options` (a `ConfigError` names a bad key or value)."""
-    return options_of(LOSSES.get(name).options, data, "algo.options")
+LOSSES: Registry[LossSpec] = Registry("loss", "algo.name", "algo.options")
+register_loss = LOSSES.register  # (name, LossSpec): selectable as algo.name=<name>, options as algo.options.<field>
+loss_options = LOSSES.options  # (name, algo.options) -> the loss's options dataclass; ConfigError names a bad key
 
 
 register_loss("grpo", LossSpec(ppo_clip, 0.2, 0.2, "seq_mean", description="PPO-clip, symmetric eps, optional KL"))

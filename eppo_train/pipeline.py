@@ -17,7 +17,6 @@ the first unfinished stage (RL from its latest checkpoint).
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -148,7 +147,7 @@ class Pipeline:
         return {**{k: v for k, v in info.items() if k != "losses"}, "model": str(out)}
 
     def _rl(self) -> dict[str, Any]:
-        from eppo_train.trainer import Trainer
+        from eppo_train.trainer import Trainer, latest_checkpoint
 
         rl_dir = self.run_dir / "rl"
         model = self.model_after("sft")
@@ -156,11 +155,10 @@ class Pipeline:
             return {"model": model, "iterations": 0}
         cfg = replace(self.cfg, run=replace(self.cfg.run, out_dir=str(self.run_dir), name="rl", overwrite=True),
                       model=replace(self.cfg.model, name=model), sft=replace(self.cfg.sft, steps=0))
-        resume = (rl_dir / "latest").exists()
+        resume = latest_checkpoint(rl_dir) is not None
         with RLWatcher(rl_dir, cfg.run.iterations, self.progress), listen(self.progress.ticks("rollout episodes", 2)):
             Trainer(cfg, resume=resume).run()
-        latest = (rl_dir / "latest").read_text().strip()
-        return {"model": str(rl_dir / "checkpoints" / latest / "model"), "iterations": cfg.run.iterations}
+        return {"model": str(latest_checkpoint(rl_dir) / "model"), "iterations": cfg.run.iterations}
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -175,6 +173,3 @@ def run_pipeline(cfg: Config, run_dir: Path | None = None, resume: bool = False)
         raise RunError(f"{run_dir} already holds a pipeline run: --resume {run_dir}")
     return Pipeline(cfg, run_dir, resume).run()
 
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from eppo_envs.core import Episode, Turn, first_prompt
-from eppo_envs.core.record import json_safe
+from eppo_envs.core.record import TURN_INFO_DROPPED, json_safe
 from eppo_train.config import CONTEXT_KINDS, RolloutSection
 from eppo_train.envpool import EnvJob, EnvPool
 from eppo_train.policy.agents import Action, Agent, TurnState, as_agent
@@ -26,9 +26,6 @@ from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.chat import ChatFormat
 from eppo_train.records import Sample
 from eppo_train.ticks import RolloutTick, notify
-
-# Info keys not worth keeping per turn in transcripts (large, or already in the Episode record).
-_DROP_FROM_TURN = {"task", "instance_id", "split", "won", "action_valid", "admissible_actions", "instruction", "traceback"}
 
 
 @dataclass(frozen=True)
@@ -225,7 +222,7 @@ def _turn_state(live: _Live, turn: int, fmt: ChatFormat | None, cfg: RolloutConf
 
 def _advance(live: _Live, state: TurnState, action: Action, out: tuple, fmt: ChatFormat | None) -> None:
     obs, reward, terminated, truncated, info = out
-    extras = {k: v for k, v in json_safe(info).items() if k not in _DROP_FROM_TURN}
+    extras = {k: v for k, v in json_safe(info).items() if k not in TURN_INFO_DROPPED}
     if action.token_ids is not None:
         extras["response_tokens"] = len(action.token_ids)
     live.episode.turns.append(Turn(action.text, obs, float(reward), bool(info.get("action_valid", True)), extras))
@@ -278,6 +275,23 @@ def _samples(live: _Live) -> list[Sample]:
     return out
 
 
+def episode_stats(episodes: Sequence[Episode]) -> dict[str, float]:
+    """The per-task numbers of a set of episodes, the one definition the rollout stats and the trainer's metrics
+    share: success and truncation rates, mean reward and turns, invalid actions per step, tokens per response."""
+    n = max(len(episodes), 1)
+    steps = sum(e.num_steps for e in episodes)
+    lengths = [t.info.get("response_tokens", 0) for e in episodes for t in e.turns]
+    return {
+        "episodes": len(episodes),
+        "success": sum(e.won for e in episodes) / n,
+        "mean_reward": sum(e.total_reward for e in episodes) / n,
+        "mean_turns": steps / n,
+        "invalid_rate": sum(e.invalid_actions for e in episodes) / max(1, steps),
+        "truncated": sum(e.truncated for e in episodes) / n,
+        "response_length": sum(lengths) / max(len(lengths), 1),
+    }
+
+
 def _stats(lives: list[_Live], samples: list[Sample], gen_s: float, env_s: float, wall: float) -> dict[str, Any]:
     tokens = sum(t.info.get("response_tokens", 0) for live in lives for t in live.episode.turns)
     per_task: dict[str, dict[str, float]] = {}
@@ -285,17 +299,8 @@ def _stats(lives: list[_Live], samples: list[Sample], gen_s: float, env_s: float
     for live in lives:
         by_task[live.episode.task].append(live)
     for task, group in sorted(by_task.items()):
-        eps = [x.episode for x in group]
-        steps = sum(e.num_steps for e in eps)
-        per_task[task] = {
-            "episodes": len(eps),
-            "success": sum(e.won for e in eps) / len(eps),
-            "mean_reward": sum(e.total_reward for e in eps) / len(eps),
-            "mean_turns": steps / len(eps),
-            "invalid_rate": sum(e.invalid_actions for e in eps) / max(1, steps),
-            "truncated": sum(e.truncated for e in eps) / len(eps),
-            "overflow": sum(x.overflow for x in group) / len(eps),
-        }
+        per_task[task] = {**episode_stats([x.episode for x in group]),
+                          "overflow": sum(x.overflow for x in group) / len(group)}
     return {
         "episodes": len(lives),
         "turns": sum(x.episode.num_steps for x in lives),

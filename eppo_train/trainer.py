@@ -29,33 +29,39 @@ def holds_run(run_dir: Path) -> bool:
     return (run_dir / "metrics.jsonl").exists() or (run_dir / "checkpoints").exists()
 
 
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's newest checkpoint folder (`checkpoints/<latest>`), None before the first. Its `model/` is a
+    loadable transformers folder."""
+    marker = run_dir / "latest"
+    if not marker.exists():
+        return None
+    path = run_dir / "checkpoints" / marker.read_text().strip()
+    return path if path.exists() else None
+
+
 def check_run_dir(cfg: Config, resume: bool) -> None:
     """Raise `RunError` when the run directory cannot be used as asked (before any slow stage starts)."""
     run_dir = cfg.run_dir
     if resume:
-        marker = run_dir / "latest"
-        if not marker.exists() or not (run_dir / "checkpoints" / marker.read_text().strip()).exists():
+        if latest_checkpoint(run_dir) is None:
             raise RunError(f"nothing to resume in {run_dir} (no checkpoint yet)")
     elif holds_run(run_dir) and not cfg.run.overwrite:
         raise RunError(f"{run_dir} already holds a run: --resume {run_dir}, another "
                        "--set run.name=..., or --set run.overwrite=true")
 
 
+# metrics.jsonl keeps its short names for two of rollout.episode_stats' numbers (plots and old runs read them)
+_METRIC_NAMES = {"mean_reward": "reward", "mean_turns": "turns"}
+
+
 def rollout_metrics(episodes, samples) -> dict[str, dict[str, float]]:
+    from eppo_train.rollout import episode_stats
+
     per: dict[str, dict[str, float]] = {}
     for task in sorted({e.task for e in episodes}):
-        eps = [e for e in episodes if e.task == task]
-        lengths = [t.info.get("response_tokens", 0) for e in eps for t in e.turns]
-        steps = sum(e.num_steps for e in eps)
-        per[task] = {
-            "success": sum(e.won for e in eps) / len(eps),
-            "reward": sum(e.total_reward for e in eps) / len(eps),
-            "response_length": sum(lengths) / max(len(lengths), 1),
-            "turns": steps / len(eps),
-            "invalid_rate": sum(e.invalid_actions for e in eps) / max(steps, 1),
-            "episodes": float(len(eps)),
-            "samples": float(sum(1 for s in samples if s.task == task)),
-        }
+        stats = episode_stats([e for e in episodes if e.task == task])
+        per[task] = {_METRIC_NAMES.get(k, k): float(v) for k, v in stats.items() if k != "truncated"}
+        per[task]["samples"] = float(sum(1 for s in samples if s.task == task))
     return per
 
 
@@ -68,11 +74,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ run directory
     def _latest(self) -> Path | None:
-        marker = self.run_dir / "latest"
-        if not marker.exists():
-            return None
-        path = self.run_dir / "checkpoints" / marker.read_text().strip()
-        return path if path.exists() else None
+        return latest_checkpoint(self.run_dir)
 
     def _prepare_dir(self) -> tuple[int, int | None]:
         """(first iteration, metrics offset to resume from, or None for a fresh start)."""

@@ -89,11 +89,16 @@ def build(cls: type, data: dict, prefix: str = "") -> Any:
 
 
 class Registry(Generic[T]):
-    """Entries by name: `register(name, entry)` adds one, `get(name)` raises `ConfigError` naming `key`."""
+    """Entries by name: `register(name, entry)` adds one, `get(name)` raises `ConfigError` naming `key`, and
+    `options(name, data)` builds the entry's own options dataclass (its `options` attribute) from `data`."""
 
-    def __init__(self, kind: str, key: str) -> None:
+    def __init__(self, kind: str, key: str, options_key: str = "") -> None:
         self.kind, self.key = kind, key  # "loss", "algo.name": for the error message
+        self.options_key = options_key  # "algo.options": where the config holds an entry's options
         self._entries: dict[str, T] = {}
+
+    def options(self, name: str, data: dict[str, Any]) -> Any:
+        return options_of(getattr(self.get(name), "options", None), data, self.options_key)
 
     def register(self, name: str, entry: T) -> T:
         self._entries[name] = entry

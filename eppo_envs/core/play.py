@@ -7,12 +7,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from eppo_envs.core.record import Episode, Turn, json_safe
+from eppo_envs.core.record import TURN_INFO_DROPPED, Episode, Turn, json_safe
 
 Policy = Callable[[str, dict[str, Any]], str]
-
-# Info keys that are large or per-step noise; transcripts keep the rest.
-_DROP_FROM_TURN = {"task", "instance_id", "split", "won", "action_valid", "admissible_actions", "instruction"}
 
 
 def expert_policy(env: gym.Env) -> Policy:
@@ -45,7 +42,7 @@ def play_episode(
     for _ in range(limit):
         action = policy(observation, info)
         observation, reward, terminated, truncated, info = env.step(action)
-        extras = {k: v for k, v in json_safe(info).items() if k not in _DROP_FROM_TURN}
+        extras = {k: v for k, v in json_safe(info).items() if k not in TURN_INFO_DROPPED}
         episode.turns.append(Turn(action, observation, float(reward), bool(info["action_valid"]), extras))
         episode.won = episode.won or bool(info["won"])
         if terminated or truncated:

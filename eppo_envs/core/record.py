@@ -6,6 +6,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# Info keys a transcript's turns leave out: the Episode record holds them already, or they are large
+# (admissible-action lists, tracebacks). The one list for `core.play` and the learner's rollout.
+TURN_INFO_DROPPED = frozenset({"task", "instance_id", "split", "won", "action_valid", "admissible_actions",
+                               "instruction", "traceback"})
+
 
 @dataclass
 class Turn:

@@ -47,6 +47,13 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     return gym.make(env_id, **kwargs)
 
 
+def env_class(env_id: str) -> type:
+    """The class behind a registered id (its entry point, imported if given as "module:Class"), without building
+    an env: for class attributes such as `eval_split` or `tool_tags`."""
+    entry = gym.spec(env_id).entry_point
+    return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+
+
 def tasks() -> list[str]:
     """Ids of every registered EPPO task, sorted."""
     return sorted(_SPECS)

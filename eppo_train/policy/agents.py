@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
-
 from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
 
 if TYPE_CHECKING:
@@ -96,9 +94,9 @@ class ExpertAgent(Agent):
 
 def tool_tags(env_id: str) -> tuple[str, ...]:
     """The tags a task accepts, read from its class without building an env."""
-    entry = gym.spec(env_id).entry_point
-    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    return tuple(getattr(cls, "tool_tags", ("action",)))
+    from eppo_envs.core.registry import env_class
+
+    return tuple(getattr(env_class(env_id), "tool_tags", ("action",)))
 
 
 class RandomAgent(Agent):
