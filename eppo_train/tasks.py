@@ -11,9 +11,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from eppo_train.config import Config, ConfigError, TaskConfig
-from eppo_train.rollout import ContextMode, Problem, RolloutConfig
+
+if TYPE_CHECKING:  # the rollout (gymnasium, env pools) loads when a rollout is built, not with the CLI
+    from eppo_train.rollout import ContextMode, Problem, RolloutConfig
 
 
 @dataclass
@@ -26,6 +29,8 @@ class TaskSlot:
 
     @property
     def context(self) -> ContextMode:
+        from eppo_train.rollout import ContextMode
+
         return ContextMode(self.cfg.context, self.cfg.window if self.cfg.context == "window" else 0)
 
 
@@ -71,6 +76,8 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
 def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int) -> RolloutConfig:
     """The rollout settings of one iteration: `cfg.rollout`, each slot's context mode and label, a seed per
     (run seed, iteration)."""
+    from eppo_train.rollout import RolloutConfig
+
     return RolloutConfig.from_section(
         cfg.rollout,
         context={s.env_id: s.context for s in slots},
@@ -83,6 +90,8 @@ def train_problems(cfg: Config, slots: list[TaskSlot], iteration: int, per_task:
                    stream: str | None = None) -> list[Problem]:
     """The iteration's training problems: `problems` per task (or `per_task`), seeded by (run seed, iteration or
     `stream`, task), so a resumed run draws the same ones."""
+    from eppo_train.rollout import Problem
+
     out = []
     for s in slots:
         rng = random.Random(f"{cfg.run.seed}/{iteration if stream is None else stream}/{s.label}")
