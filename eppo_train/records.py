@@ -1,6 +1,7 @@
 """The records that flow one way through the learner: rollout -> `Sample`s -> advantages -> loss.
 
-Owned jointly by rollout.py (which fills them) and advantages.py / losses.py / learner.py (which read them).
+The rollout creates them; later stages never change one: advantages.py returns copies with `advantage` set, and
+the learner keeps its recomputed old log-probs in copies of its own (the same locally and through Ray).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Sample:
     reward: float  # the episode's return (shared by every turn of the episode)
     won: bool = False
     num_turns: int = 0
-    advantage: float = 0.0  # filled in by advantages.py; broadcast over the sample's masked tokens
+    advantage: float = 0.0  # set on the copies advantages.compute_advantages returns; broadcast over its tokens
     meta: dict = field(default_factory=dict)
 
     @property

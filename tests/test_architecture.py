@@ -131,6 +131,7 @@ def test_no_import_circle(graph, package):
 
 
 def test_shared_layers_import_no_task(graph):
+    # everything in eppo_envs that is not a shared layer (the tasks, and the remote/integration packages on top)
     tasks = {m.split(".")[1] for m in graph if m.startswith("eppo_envs.") and m.count(".") >= 1
              and _is_package_init(".".join(m.split(".")[:2]), graph)} - set(LAYERS)
     assert {"math", "searchqa", "webshop"} <= tasks  # the walk sees the task packages
