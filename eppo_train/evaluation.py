@@ -124,7 +124,7 @@ def eval_split(env_id: str) -> str:
     return getattr(env_class(env_id), "eval_split", "test")
 
 
-def problems_for(env_ids: list[str], split: str | None, episodes: int) -> list:
+def eval_problems(env_ids: list[str], split: str | None, episodes: int) -> list:
     from eppo_train.rollout import Problem
 
     return [Problem(env_id, split or eval_split(env_id), seed) for env_id in env_ids for seed in range(episodes)]
@@ -146,7 +146,7 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
     from eppo_train.envpool import make_pool
     from eppo_train.rollout import RolloutConfig, run_rollout
 
-    problems = problems_for(spec.tasks, spec.split, spec.episodes)
+    problems = eval_problems(spec.tasks, spec.split, spec.episodes)
     max_turns = spec.max_turns or max((gym.spec(e).max_episode_steps or 30) for e in spec.tasks)
     cfg = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
                         max_total_tokens=spec.max_total_tokens, temperature=spec.temperature, top_p=spec.top_p,
