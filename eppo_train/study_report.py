@@ -244,7 +244,8 @@ def write_report(results_dir: Path, report: Path, command: str = "eppo-train stu
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Do not edit by hand.",
         "",
         f"Runs done: {len(results)} of {len(plan) or len(results)} planned"
-        + (f"; missing: {', '.join(missing)}." if missing else "."),
+        + (f"; missing: {', '.join(missing)}. `make experiment` runs the missing ones (and skips the rest)."
+           if missing else "."),
         "",
     ]
     groups = by_group(results)
