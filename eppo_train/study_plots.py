@@ -91,7 +91,7 @@ def success_figure(groups: dict[str, list[dict]], path: Path) -> Path | None:
         ax.fill_between(x, [m - s for m, s in zip(mean, sd, strict=True)],
                         [m + s for m, s in zip(mean, sd, strict=True)], color=c, alpha=0.15)
     ax.set(xlabel="iteration (equal episodes per iteration for every loss)", ylabel="training success",
-           title="Training success, mean over tasks (band: +-1 std over seeds)")
+           title="Training success, mean over tasks (band: ±1 std over seeds)", ylim=(-0.05, 1.05))
     ax.legend(fontsize=8)
     return _save(fig, path)
 

@@ -253,7 +253,7 @@ def write_report(results_dir: Path, report: Path, command: str = "eppo-train stu
     vs_grpo: dict[str, Paired] = {}
     figures: list[Path] = []
     if results:
-        main = {g: rs for g, rs in groups.items() if g in MAIN_LOSSES}
+        main = {g: groups[g] for g in MAIN_LOSSES if g in groups}  # in the losses' order, grpo first
         ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
         text += _setup(results, tasks)
         text += _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
