@@ -184,9 +184,12 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         paths.work.mkdir(parents=True, exist_ok=True)
         slots = prepare_tasks(cfg)
         progress = Progress(["sft", *(r.name for r in todo)], [s.label for s in slots])
-        model, start = shared_start(cfg, slots, sft_dir, progress)
-        for run in todo:
-            run_one(cfg, run, model, start, slots, paths, command, progress)
+        try:
+            model, start = shared_start(cfg, slots, sft_dir, progress)
+            for run in todo:
+                run_one(cfg, run, model, start, slots, paths, command, progress)
+        finally:
+            progress.done(paths.results)  # also stops its heartbeat thread
     else:
         say("study: every run is done; rebuilding the report from the result files")
-    return write_report(paths.results, paths.report, command=command)
+    return write_report(paths.results, paths.report)

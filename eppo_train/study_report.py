@@ -223,7 +223,7 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
 
 
 # ---------------------------------------------------------------------------- the report
-def write_report(results_dir: Path, report: Path, command: str = "eppo-train study-report") -> Path:
+def write_report(results_dir: Path, report: Path) -> Path:
     """study.md and figures/ beside it, from the result files in `results_dir`; returns the report's path."""
     results_dir, report = Path(results_dir), Path(report)
     if not results_dir.is_dir():
