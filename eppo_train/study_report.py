@@ -257,9 +257,10 @@ def write_report(results_dir: Path, report: Path) -> Path:
         ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
         text += _setup(results, tasks)
         text += _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
-        if "grpo" in groups:
-            lines, vs_grpo = _paired_table("grpo", groups["grpo"], {g: rs for g, rs in main.items() if g != "grpo"},
-                                           tasks, "## Paired comparison with grpo (same seeds, same instances)")
+        rivals = {g: rs for g, rs in main.items() if g != "grpo"}
+        if "grpo" in groups and rivals:
+            lines, vs_grpo = _paired_table("grpo", groups["grpo"], rivals, tasks,
+                                           "## Paired comparison with grpo (same seeds, same instances)")
             text += lines
         if ablation:
             text += _success_table({"eppo": groups.get("eppo", []), **ablation} if "eppo" in groups else ablation,
