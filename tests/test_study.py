@@ -169,7 +169,7 @@ def test_plan_names_and_ablation_configs(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # 9 tiny runs + SFT: over 15 min on the shared 2-core machine (2026-12-01, load ~12)
+@pytest.mark.timeout(2400)  # 2026-12-01, 2 cores: 220 s at load ~4 (SFT cached), over 15 min at load ~12
 def test_experiment_quick_end_to_end(tmp_path: Path):
     from eppo_train.cli import main
 
