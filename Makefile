@@ -5,7 +5,7 @@ export RAY_AUTH_MODE ?= disabled
 export TOKENIZERS_PARALLELISM ?= false
 
 
-.PHONY: help install test test-slow test-alfworld-diff test-browser test-gpu test-all lint train eval bench experiment experiment-quick clean gpu-bundle gpu-check
+.PHONY: help install test test-slow test-alfworld-diff test-browser test-gpu test-all lint train eval bench experiment experiment-quick study-report clean gpu-bundle gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s '	'
@@ -49,11 +49,14 @@ eval: install  ## evaluate the latest runs/ checkpoint (or the default model) on
 bench: install  ## measure env, sandbox, retriever, rollout and learner throughput; writes bench/results.json
 	$(PY) -m eppo_train.bench $(ARGS)
 
-experiment: install  ## the EPPO vs GRPO vs DAPO study, 3 seeds each (hours on CPU)
+experiment: install  ## the EPPO study: runs without a result file in docs/results/study/, then docs/results/study.md (resumable; many hours on CPU)
 	$(PY) -m eppo_train.cli study $(ARGS)
 
-experiment-quick: install  ## the same study with a tiny model, in minutes
+experiment-quick: install  ## the same machinery with a tiny model, in minutes (output under runs/study-study-quick/)
 	$(PY) -m eppo_train.cli study --quick $(ARGS)
+
+study-report: install  ## rebuild docs/results/study.md and its figures from the committed result files (seconds)
+	$(PY) -m eppo_train.cli study-report $(ARGS)
 
 clean:  ## remove caches and build outputs (keeps .venv and runs/)
 	rm -rf .pytest_cache .ruff_cache build *.egg-info

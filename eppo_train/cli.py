@@ -155,18 +155,31 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- study
+# ---------------------------------------------------------------- study, study-report
+STUDY_RESULTS = Path("docs/results/study")  # `make experiment`: result files committed as they land
+STUDY_REPORT = Path("docs/results/study.md")
+
+
 def add_study(p: argparse.ArgumentParser) -> None:
     _config_args(p, "study")
     p.add_argument("--quick", action="store_true", help="the tiny-model study (config study-quick): minutes")
     p.add_argument("--algos", help="comma list of losses (default: grpo,dapo,eppo,clip_cov; quick: grpo,dapo,eppo)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per loss (default 3)")
-    p.add_argument("--out", help="study folder (default: runs/study-<config name>)")
+    p.add_argument("--ablations", default=None,
+                   help="comma list of EPPO ablations, 'all' or 'none' (default: all; quick: none)")
+    p.add_argument("--ablation-seeds", type=int, default=1, help="seeds per ablation (default 1)")
+    p.add_argument("--sft", metavar="DIR", help="start every run from this model folder (e.g. a make-train "
+                   "run's sft/) instead of the config's cached SFT warm start")
+    p.add_argument("--out", help="scratch folder for the runs (default: runs/study-<config name>)")
+    p.add_argument("--results", help="result files (default: docs/results/study for the study config, "
+                   "else <out>/results)")
+    p.add_argument("--report", help="the report (default: docs/results/study.md for the study config, "
+                   "else <out>/study.md)")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
     from eppo_train.losses import LOSSES
-    from eppo_train.study import DEFAULT_ALGOS, run_study
+    from eppo_train.study import ABLATIONS, DEFAULT_ALGOS, StudyPaths, make_plan, run_study
 
     config = "study-quick" if args.quick and args.config == "study" else args.config
     cfg = _load(args, config)
@@ -174,12 +187,41 @@ def cmd_study(args: argparse.Namespace) -> int:
     unknown = [a for a in algos if a not in LOSSES]
     if unknown:
         return _error(f"--algos: unknown loss {unknown[0]!r} (known: {', '.join(LOSSES)})")
-    if args.seeds < 1:
-        return _error("--seeds must be at least 1")
+    if args.seeds < 1 or args.ablation_seeds < 1:
+        return _error("--seeds and --ablation-seeds must be at least 1")
+    spec = args.ablations if args.ablations is not None else ("none" if args.quick else "all")
+    ablations = [] if spec == "none" else list(ABLATIONS) if spec == "all" else spec.split(",")
+    plan = make_plan(algos, args.seeds, ablations, args.ablation_seeds)
     out = Path(args.out) if args.out else Path("runs") / f"study-{Path(config).stem}"
-    path = run_study(cfg, algos, list(range(args.seeds)), out)
-    print(path.read_text())
-    print(f"study written to {out}")
+    official = config == "study" and not args.model and not args.overrides  # the study the report is about
+    results = Path(args.results) if args.results else STUDY_RESULTS if official else out / "results"
+    report = Path(args.report) if args.report else STUDY_REPORT if official else out / "study.md"
+    from eppo_train.study_record import ResultError
+
+    try:
+        path = run_study(cfg, plan, StudyPaths(out, results, report), f"{PROG} {shlex.join(_argv)}", args.sft)
+    except ResultError as exc:
+        return _error(str(exc))
+    print(f"report written to {path}")
+    return 0
+
+
+def add_study_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default=str(STUDY_RESULTS), help=f"result files (default: {STUDY_RESULTS})")
+    p.add_argument("--out", default=None, help="the report (default: study.md beside the results folder)")
+
+
+def cmd_study_report(args: argparse.Namespace) -> int:
+    from eppo_train.study_record import ResultError
+    from eppo_train.study_report import write_report
+
+    results = Path(args.results)
+    out = Path(args.out) if args.out else results.parent / f"{results.name}.md"
+    try:
+        path = write_report(results, out)
+    except ResultError as exc:
+        return _error(str(exc))
+    print(f"report written to {path}")
     return 0
 
 
@@ -187,8 +229,10 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Cal
     "train": ("train a policy (the default command)", add_train, cmd_train),
     "plot": ("write PNG plots of a run's metrics", add_plot, cmd_plot),
     "sft": ("supervised warm start on expert trajectories of every configured task", add_sft, cmd_sft),
-    "study": ("compare losses over seeds on one suite; writes comparison.md and overlay plots (make experiment)",
-              add_study, cmd_study),
+    "study": ("losses x seeds (+ EPPO ablations) on one suite, one result file per run, resumable "
+              "(make experiment)", add_study, cmd_study),
+    "study-report": ("rebuild the study report and figures from its result files (make study-report)",
+                     add_study_report, cmd_study_report),
     "pipeline": ("evaluate, SFT, evaluate, RL, evaluate; writes summary.md (make train)", add_pipeline,
                  cmd_pipeline),
 }

@@ -1,153 +1,195 @@
-"""`eppo-train study` (`make experiment`): the same suite trained with several losses and seeds, compared.
+"""`eppo-train study` (`make experiment`): several losses x seeds (and EPPO ablations) on one suite, resumable.
 
-    runs/study-<name>/sft/                    one SFT warm start shared by every run (all start from the same model)
-    runs/study-<name>/runs/<algo>-s<seed>/    a trainer run each (metrics.jsonl, tb/, checkpoints/, plots/)
-    runs/study-<name>/evals/<algo>-s<seed>.json   the final model on the fixed evaluation set (eval.py)
-    runs/study-<name>/comparison.md           mean ± std over seeds: per-task and mean success, crossovers, spikes
-    runs/study-<name>/plots/{success,entropy}.png  overlays: one line per loss (mean over seeds, band = ±1 std)
+Each planned run has a name (`grpo-seed0`, `eppo-high-seed0`) and, once it has trained and been evaluated, one
+small JSON result file `<results>/<name>.json` (study_record.py): the final evaluation with per-instance outcomes,
+per-iteration per-task training numbers, crossovers, spikes, the config, command, date, wall time and load. A run
+whose result file exists is skipped, so a study longer than one sitting (or one machine) completes by running the
+same command again wherever the committed result files are; a run interrupted mid-way resumes from its newest
+checkpoint under `<work>/runs/<name>/` (same machine). Once every run is done, the report is rebuilt from the
+result files alone (study_report.py).
 
-Every run has the same iterations, problems and group size, so the losses are compared at equal samples. Finished
-runs are skipped on a re-run and an interrupted one resumes from its checkpoint.
+    <work>/runs/<name>/                 the trainer's run (metrics.jsonl, checkpoints/); scratch, never committed
+    <results>/<name>.json               one finished run (docs/results/study/ for `make experiment`)
+    <results>/plan.json                 the planned run names, so the report can say which are missing
+    <report>                            study.md with its figures/ folder beside it
+
+Every run starts from the same SFT model (one cached warm start of the config's `sft` section, seed 0, the
+pipeline's settings; or `--sft DIR`) and trains for the same iterations, problems and group size, so the losses
+are compared at equal samples; evaluation instances are seeds 0..N-1 of each task's evaluation split for every run,
+so two runs' outcomes are paired instance by instance.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-from dataclasses import replace
+import os
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from eppo_train.config import Config, save_config
+from eppo_train.config import Config, ConfigError, from_dict, parse_override, to_dict
 
 DEFAULT_ALGOS = ("grpo", "dapo", "eppo", "clip_cov")
 
+# EPPO's ablation: each changes one thing from the main `eppo` runs (variant both, lambda 0.5, alpha 2).
+ABLATIONS: dict[str, tuple[str, ...]] = {
+    "eppo-high": ("pacing.variant=high",),  # pace only eps_high
+    "eppo-low": ("pacing.variant=low",),  # pace only eps_low
+    "eppo-target": ("pacing.variant=target",),  # pace towards pacing.default_target nats, not the task mean
+    "eppo-lam0.25": ("pacing.lam=0.25",),  # smaller largest change of a bound
+    "eppo-lam0.9": ("pacing.lam=0.9",),
+    "eppo-alpha1": ("pacing.alpha=1.0",),  # a flatter response to the entropy log-ratio
+    "eppo-alpha4": ("pacing.alpha=4.0",),
+}
 
-def _ms(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+@dataclass(frozen=True)
+class StudyRun:
+    group: str  # the row in the report: a loss (grpo) or an ablation (eppo-high)
+    algo: str
+    seed: int
+    overrides: tuple[str, ...] = ()  # KEY=VALUE on top of the study config
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}-seed{self.seed}"
 
 
-def run_study(cfg: Config, algos: list[str], seeds: list[int], out: Path) -> Path:
+@dataclass(frozen=True)
+class StudyPaths:
+    work: Path  # scratch: SFT pointer, trainer runs
+    results: Path  # one JSON file per finished run
+    report: Path  # study.md; figures in report.parent / "figures"
+
+
+def make_plan(algos: list[str], seeds: int, ablations: list[str], ablation_seeds: int) -> list[StudyRun]:
+    """Every loss at seeds 0..seeds-1, then every named ablation (an EPPO variant) at 0..ablation_seeds-1."""
+    unknown = [a for a in ablations if a not in ABLATIONS]
+    if unknown:
+        raise ConfigError(f"--ablations: unknown ablation {unknown[0]!r} (known: {', '.join(ABLATIONS)})")
+    runs = [StudyRun(a, a, s) for a in algos for s in range(seeds)]
+    runs += [StudyRun(a, "eppo", s, ABLATIONS[a]) for a in ablations for s in range(ablation_seeds)]
+    return runs
+
+
+def run_config(cfg: Config, run: StudyRun, model: str, work: Path) -> Config:
+    """The trainer config of one run: the study config, the run's loss, seed and overrides, from `model`."""
+    data = to_dict(cfg)
+    for text in run.overrides:
+        key, value = parse_override(text)
+        node = data
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        if last not in node:
+            raise ConfigError(f"ablation {run.group}: unknown key {key}")
+        node[last] = value
+    rc = from_dict(data)
+    return replace(rc, run=replace(rc.run, out_dir=str(work / "runs"), name=run.name, seed=run.seed, overwrite=True),
+                   model=replace(rc.model, name=model), sft=replace(rc.sft, steps=0),
+                   algo=replace(rc.algo, name=run.algo))
+
+
+def checkpoint_step(run_dir: Path) -> int:
+    """The iteration of the run's newest checkpoint (0: none, start afresh)."""
+    marker = run_dir / "latest"
+    if not marker.exists():
+        return 0
+    state = run_dir / "checkpoints" / marker.read_text().strip() / "trainer.json"
+    return int(json.loads(state.read_text())["step"]) if state.exists() else 0
+
+
+def pending_runs(plan: list[StudyRun], results: Path) -> list[StudyRun]:
+    return [r for r in plan if not (results / f"{r.name}.json").exists()]
+
+
+def write_plan(plan: list[StudyRun], results: Path) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    data = {"runs": [{"name": r.name, "group": r.group, "algo": r.algo, "seed": r.seed,
+                      "overrides": list(r.overrides)} for r in plan]}
+    (results / "plan.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str, dict]:
+    """The model every run starts from and a record of it (the weights' sha256 says whether two machines agree)."""
+    from eppo_train.study_record import model_fingerprint
+
+    if sft_dir:
+        if not (Path(sft_dir) / "config.json").is_file():
+            raise ConfigError(f"--sft: {sft_dir} is not a model folder (no config.json)")
+        model, how = sft_dir, "given with --sft"
+    elif cfg.sft.steps > 0:
+        from eppo_envs.core.cache import cached_dir
+        from eppo_train.sft import run_sft, sft_key
+        from eppo_train.ticks import listen
+
+        progress.start("sft")
+        # seed 0 for every run: the warm start is shared, only RL differs between seeds. The folder is the one
+        # sft.sft_model caches this setting in, built here with per-step progress lines.
+        sft_cfg = replace(cfg, run=replace(cfg.run, seed=0))
+        steps = sft_cfg.sft.steps
+        with listen(progress.ticks("expert demo episodes")):
+            model = str(cached_dir(f"models/sft-{sft_key(sft_cfg, slots)}", lambda out: run_sft(
+                sft_cfg, slots, out, on_step=lambda i, loss: progress.sft_step(i, steps, loss))))
+        progress.finish("sft", None)
+        how = f"sft.steps={cfg.sft.steps} on {cfg.sft.episodes} expert episodes per task (cached)"
+    else:
+        model, how = cfg.model.name, "no SFT (sft.steps=0)"
+    return model, {"base_model": cfg.model.name, "model": model, "how": how, **model_fingerprint(model)}
+
+
+def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: StudyPaths, command: str,
+            progress) -> Path:
+    """Train (or resume) one run, evaluate its final model, write its result file; returns the file."""
     from eppo_train.metrics import read_metrics
     from eppo_train.pipeline import evaluate_model
-    from eppo_train.progress import Progress, RLWatcher
-    from eppo_train.sft import run_sft
-    from eppo_train.tasks import prepare_tasks
+    from eppo_train.progress import RLWatcher
+    from eppo_train.study_record import build_record, write_json_atomic
     from eppo_train.trainer import Trainer
 
-    out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
-    slots = prepare_tasks(cfg)
-    names = [f"{a}-s{s}" for a in algos for s in seeds]
-    progress = Progress(["sft", *names], [s.label for s in slots])
-    model = cfg.model.name
-    if cfg.sft.steps > 0:
-        sft_dir = out / "sft"
-        if (sft_dir / "sft.json").exists():
-            progress.skip("sft")
-        else:
-            progress.start("sft")
-            run_sft(cfg, slots, sft_dir, on_step=lambda i, loss: None)
-            progress.finish("sft", None)
-        model = str(sft_dir)
-    (out / "evals").mkdir(exist_ok=True)
-    for algo in algos:
-        for seed in seeds:
-            name = f"{algo}-s{seed}"
-            ev_path = out / "evals" / f"{name}.json"
-            if ev_path.exists():
-                progress.skip(name)
-                continue
-            progress.start(name)
-            rc = replace(cfg, run=replace(cfg.run, out_dir=str(out / "runs"), name=name, seed=seed, overwrite=True),
-                         model=replace(cfg.model, name=model), sft=replace(cfg.sft, steps=0),
-                         algo=replace(cfg.algo, name=algo))
-            run_dir = rc.run_dir
-            resume = (run_dir / "latest").exists()
-            with RLWatcher(run_dir, rc.run.iterations, progress):
-                Trainer(rc, resume=resume).run()
-            latest = (run_dir / "latest").read_text().strip()
-            report = evaluate_model(rc, slots, str(run_dir / "checkpoints" / latest / "model"), progress)
-            ev_path.write_text(json.dumps(report, indent=1))
-            progress.finish(name, report["tasks"])
-    records = {n: read_metrics(out / "runs" / n) for n in names}
-    evals = {n: json.loads((out / "evals" / f"{n}.json").read_text()) for n in names}
-    path = write_comparison(out, cfg, algos, seeds, [s.label for s in slots], records, evals)
-    plot_study(out, algos, seeds, [s.label for s in slots], records)
-    progress.done(path)
+    rc = run_config(cfg, run, model, paths.work)
+    run_dir = rc.run_dir
+    t0, load0 = time.time(), os.getloadavg()
+    progress.start(run.name)
+    resumed = checkpoint_step(run_dir)
+    if resumed < rc.run.iterations:
+        with RLWatcher(run_dir, rc.run.iterations, progress):
+            Trainer(rc, resume=resumed > 0).run()
+    t1 = time.time()
+    latest = (run_dir / "latest").read_text().strip()
+    report = evaluate_model(rc, slots, str(run_dir / "checkpoints" / latest / "model"), progress)
+    t2 = time.time()
+    record = build_record(run, rc, start, read_metrics(run_dir), report, command=command, resumed_from=resumed,
+                          started=t0, train_s=t1 - t0, eval_s=t2 - t1, load=(load0, os.getloadavg()))
+    path = paths.results / f"{run.name}.json"
+    write_json_atomic(path, record)
+    progress.finish(run.name, report["tasks"])
     return path
 
 
-def write_comparison(out: Path, cfg: Config, algos: list[str], seeds: list[int], tasks: list[str],
-                     records: dict[str, list[dict]], evals: dict[str, dict]) -> Path:
-    episodes = cfg.run.iterations * sum(t.problems for t in cfg.env.tasks) * cfg.rollout.group_size
-    n_eval = cfg.evaluation.episodes
-    head = ["loss", *tasks, "mean", "crossovers", "spikes"]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    data: dict[str, Any] = {}
-    for algo in algos:
-        runs = [f"{algo}-s{s}" for s in seeds]
-        per_task = {t: _ms([evals[r]["tasks"][t]["success"] for r in runs]) for t in tasks}
-        mean = _ms([statistics.fmean(evals[r]["tasks"][t]["success"] for t in tasks) for r in runs])
-        cross = _ms([float(sum(len(rec.get("events", {}).get("crossovers", [])) for rec in records[r]))
-                     for r in runs])
-        spikes = _ms([float(sum(len(rec.get("events", {}).get("spikes", [])) for rec in records[r])) for r in runs])
-        data[algo] = {"tasks": per_task, "mean": mean, "crossovers": cross, "spikes": spikes}
-        cells = [f"{m:.2f} ± {s:.2f}" for m, s in (*per_task.values(), mean)]
-        cells += [f"{cross[0]:.1f} ± {cross[1]:.1f}", f"{spikes[0]:.1f} ± {spikes[1]:.1f}"]
-        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
-    text = [
-        f"# Study `{out.name}`: {', '.join(algos)} x seeds {', '.join(map(str, seeds))}",
-        "",
-        f"Model `{cfg.model.name}` after {cfg.sft.steps} SFT steps (shared); each run {cfg.run.iterations} RL "
-        f"iterations = {episodes} training episodes (equal samples for every loss).",
-        f"Success: the final model on the fixed evaluation set ({n_eval} episodes per task, greedy), mean ± std "
-        f"over {len(seeds)} seeds. Crossovers (the order of two tasks' entropy EMAs flips) and spikes (a task's "
-        f"entropy jumps > (1 + tau) x its EMA) are counted over each run, mean ± std over seeds.",
-        "",
-        *lines,
-        "",
-        "Plots: `plots/success.png` (training success vs episodes), `plots/entropy.png` (mean token entropy).",
-    ]
-    path = out / "comparison.md"
-    path.write_text("\n".join(text) + "\n")
-    (out / "comparison.json").write_text(json.dumps(data, indent=1))
-    return path
+def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str, sft_dir: str | None = None,
+              say=print) -> Path:
+    """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
+    from eppo_train.study_report import write_report
 
+    write_plan(plan, paths.results)
+    todo = pending_runs(plan, paths.results)
+    done = [r.name for r in plan if r not in todo]
+    say(f"study: {len(done)}/{len(plan)} runs done ({', '.join(done) or 'none'}); results in {paths.results}")
+    if todo:
+        from eppo_train.progress import Progress
+        from eppo_train.tasks import prepare_tasks
 
-def _curve(records: list[dict], tasks: list[str], key: str) -> list[float]:
-    return [statistics.fmean(r.get("tasks", {}).get(t, {}).get(key, 0.0) for t in tasks) for r in records]
-
-
-def plot_study(out: Path, algos: list[str], seeds: list[int], tasks: list[str],
-               records: dict[str, list[dict]]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    (out / "plots").mkdir(exist_ok=True)
-    written = []
-    for key, title in (("success", "training success (mean over tasks)"), ("entropy", "token entropy (mean)")):
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for algo in algos:
-            curves = [_curve(records[f"{algo}-s{s}"], tasks, key) for s in seeds]
-            n = min(len(c) for c in curves)
-            if n == 0:
-                continue
-            x = [int(r.get("step", i + 1)) for i, r in enumerate(records[f"{algo}-s{seeds[0]}"][:n])]
-            mean = [statistics.fmean(c[i] for c in curves) for i in range(n)]
-            sd = [statistics.stdev(c[i] for c in curves) if len(curves) > 1 else 0.0 for i in range(n)]
-            ax.plot(x, mean, label=algo)
-            ax.fill_between(x, [m - s for m, s in zip(mean, sd, strict=True)], [m + s for m, s in zip(mean, sd, strict=True)], alpha=0.2)
-        ax.set_xlabel("iteration (equal episodes per iteration for every loss)")
-        ax.set_title(title)
-        ax.legend()
-        fig.tight_layout()
-        path = out / "plots" / f"{key}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
-    return written
+        say(f"study: to run now: {', '.join(r.name for r in todo)}")
+        paths.work.mkdir(parents=True, exist_ok=True)
+        slots = prepare_tasks(cfg)
+        progress = Progress(["sft", *(r.name for r in todo)], [s.label for s in slots])
+        try:
+            model, start = shared_start(cfg, slots, sft_dir, progress)
+            for run in todo:
+                run_one(cfg, run, model, start, slots, paths, command, progress)
+        finally:
+            progress.done(paths.results)  # also stops its heartbeat thread
+    else:
+        say("study: every run is done; rebuilding the report from the result files")
+    return write_report(paths.results, paths.report)

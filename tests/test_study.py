@@ -1,30 +1,182 @@
-"""The study (`make experiment-quick`): every loss x seed trained and evaluated, one comparison table, overlays."""
+"""The study (`make experiment`): one result file per run, done runs skipped, interrupted runs resumed, and the
+report (tables, paired intervals, figures) rebuilt from result files alone."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+# the tiny random model (hf backend: vLLM's CPU attention has no kernel for head size 16), two GuessNumber
+# settings, the smallest batches that still train: seconds per run
+TINY = ["sft.steps=0", "run.save_every=1", "evaluation.episodes=2", "env.tasks.0.problems=1",
+        "env.tasks.1.problems=1", "rollout.group_size=2", "rollout.max_new_tokens=6"]
+
+
+def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys):
+    from eppo_train.cli import main
+    from eppo_train.config import load_config
+    from eppo_train.study import StudyPaths, make_plan, run_config, run_study
+    from eppo_train.trainer import Trainer
+
+    plan = make_plan(["grpo", "eppo"], 1, [], 1)
+    paths = StudyPaths(tmp_path / "work", tmp_path / "results", tmp_path / "report" / "study.md")
+    # an interrupted run: grpo-seed0 stopped after iteration 1 of 2, its checkpoint left behind
+    partial = load_config("study-quick", [*TINY, "run.iterations=1"])
+    Trainer(run_config(partial, plan[0], "tiny", paths.work)).run()
+
+    cfg = load_config("study-quick", [*TINY, "run.iterations=2"])
+    report = run_study(cfg, plan, paths, command="pytest")
+    grpo = json.loads((paths.results / "grpo-seed0.json").read_text())
+    eppo = json.loads((paths.results / "eppo-seed0.json").read_text())
+    assert grpo["resumed_from_step"] == 1 and eppo["resumed_from_step"] == 0
+    for rec, algo in ((grpo, "grpo"), (eppo, "eppo")):
+        assert rec["algo"] == algo and rec["config"]["algo"]["name"] == algo and rec["command"] == "pytest"
+        assert [it["step"] for it in rec["iterations"]] == [1, 2]
+        assert set(rec["iterations"][0]["tasks"]) == {"guess_small", "guess_large"}
+        for v in rec["iterations"][-1]["tasks"].values():
+            assert {"success", "entropy", "entropy_ema", "eps_low", "eps_high", "clip_frac"} <= set(v)
+        for t in ("guess_small", "guess_large"):
+            out = rec["evaluation"]["tasks"][t]["outcomes"]
+            assert out["seeds"] == [0, 1] and len(out["won"]) == 2
+        assert rec["training_episodes"] == 2 * 2 * 2 and rec["wall_seconds"] > 0 and len(rec["load"]["start"]) == 3
+    assert json.loads((paths.results / "plan.json").read_text())["runs"][1]["name"] == "eppo-seed0"
+    text = report.read_text()
+    assert "| grpo | 0 |" in text and "| eppo | 0 |" in text and "mean − grpo" in text
+    assert all((report.parent / "figures" / f).stat().st_size > 0 for f in ("entropy.png", "success.png", "eps.png"))
+
+    # a second invocation on another machine: only the result files are there; nothing is trained again
+    shutil.rmtree(paths.work)
+    (report.parent / "figures" / "success.png").unlink()
+    capsys.readouterr()
+    assert main(["study", "--quick", "--algos", "grpo,eppo", "--seeds", "1", "--ablations", "none",
+                 "--out", str(paths.work), "--results", str(paths.results), "--report", str(report),
+                 *(a for o in TINY for a in ("--set", o))]) == 0
+    assert "every run is done" in capsys.readouterr().out
+    assert not paths.work.exists()
+    assert (report.parent / "figures" / "success.png").exists()
+
+
+def _result(group: str, seed: int, won: dict[str, list[int]], spikes: list[list[str]],
+            crossovers: list[int]) -> dict:
+    """A hand-made result file: per-iteration entropies and events, and per-instance evaluation outcomes."""
+    iterations = []
+    for i, (sp, cr) in enumerate(zip(spikes, crossovers, strict=True)):
+        iterations.append({"step": i + 1, "success": 0.5, "iteration_time_s": 10.0,
+                           "tasks": {t: {"success": 0.1 * i, "entropy": 1.0 + i, "entropy_ema": 1.0,
+                                         "eps_low": 0.2, "eps_high": 0.28} for t in won},
+                           "crossovers": [["a", "b"]] * cr, "spikes": sp})
+    return {
+        "schema": 1, "name": f"{group}-seed{seed}", "group": group, "algo": group.split("-")[0], "seed": seed,
+        "overrides": [], "command": "hand", "date": "2026-12-01T00:00:00Z", "wall_seconds": 60.0,
+        "train_seconds": 50.0, "eval_seconds": 10.0, "load": {"start": [1.0, 1.0, 1.0], "end": [1.0, 1.0, 1.0]},
+        "machine": {"cpus": 2}, "resumed_from_step": 0,
+        "start_model": {"base_model": "m", "model": "m", "how": "hand", "sha256": "ab" * 32},
+        "config": {"run": {"iterations": len(spikes)}, "rollout": {"group_size": 2},
+                   "pacing": {"beta": 0.9, "tau": 0.5}},
+        "training_episodes": 16, "iterations": iterations,
+        "crossovers": sum(crossovers), "spikes": sum(len(s) for s in spikes),
+        "evaluation": {"episodes_per_task": 4, "tasks": {
+            t: {"success": sum(w) / len(w), "split": "test",
+                "outcomes": {"seeds": list(range(len(w))), "won": [bool(x) for x in w], "reward": w}}
+            for t, w in won.items()}},
+    }
+
+
+def _write(folder: Path, records: list[dict], plan: list[str]) -> None:
+    folder.mkdir(parents=True)
+    for r in records:
+        (folder / f"{r['name']}.json").write_text(json.dumps(r))
+    (folder / "plan.json").write_text(json.dumps({"runs": [{"name": n} for n in plan]}))
+
+
+def test_report_from_hand_made_result_files(tmp_path: Path):
+    from eppo_train.study_record import load_results
+    from eppo_train.study_report import by_group, paired, write_report
+
+    results = tmp_path / "study"
+    # task a: eppo wins 2 more instances than grpo over 8 paired ones (+0.25); task b: identical outcomes (0)
+    _write(results, [
+        _result("grpo", 0, {"a": [1, 0, 0, 0], "b": [1, 1, 0, 0]}, [["a"], [], ["a", "b"]], [1, 0, 1]),
+        _result("grpo", 1, {"a": [0, 0, 0, 0], "b": [1, 1, 0, 0]}, [[], ["b"], []], [0, 1, 0]),
+        _result("eppo", 0, {"a": [1, 1, 0, 0], "b": [1, 1, 0, 0]}, [[], [], []], [0, 0, 0]),
+        _result("eppo", 1, {"a": [1, 0, 0, 0], "b": [1, 1, 0, 0]}, [[], [], ["a"]], [0, 0, 0]),
+    ], plan=["grpo-seed0", "grpo-seed1", "eppo-seed0", "eppo-seed1", "dapo-seed0"])
+
+    groups = by_group(load_results(results))
+    p = paired(groups["grpo"], groups["eppo"], ["a", "b"])
+    assert p is not None and p.seeds == [0, 1]
+    assert p.per_task["a"].estimate == pytest.approx(0.25) and p.per_task["b"].estimate == 0.0
+    assert p.per_task["b"].lo == p.per_task["b"].hi == 0.0  # no instance differs: a zero-width interval
+    assert p.overall.estimate == pytest.approx(0.125)
+    assert p.per_seed == {0: pytest.approx(0.125), 1: pytest.approx(0.125)}
+    # differences in {0, 1} on 2 of 8 instances of task a: the resampled mean over tasks stays in [0, 0.5]
+    assert 0.0 <= p.overall.lo < 0.125 < p.overall.hi <= 0.5
+
+    report = write_report(results, tmp_path / "study.md")
+    text = report.read_text()
+    assert "| grpo | 0, 1 | 0.12 ± 0.18 | 0.50 ± 0.00 | **0.31 ± 0.09** | 1.50 ± 0.71 | 2.00 ± 1.41 |" in text
+    assert "| eppo | 0, 1 | 0.38 ± 0.18 | 0.50 ± 0.00 | **0.44 ± 0.09** | 0.00 ± 0.00 | 0.50 ± 0.71 |" in text
+    assert f"| eppo | 2 | **{p.overall.fmt(2, signed=True)}** |" in text
+    assert "| grpo-seed0 | 2 | 1 | 3 | a 2, b 1 |" in text  # crossovers, first at, spikes, by task
+    assert "missing: dapo-seed0" in text and "**The study is incomplete**" in text
+    for name in ("entropy.png", "success.png", "eps.png"):
+        assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # another evaluation set (different instances) is never paired
+    other = _result("eppo", 0, {"a": [1, 1, 0, 0], "b": [1, 1, 0, 0]}, [[]], [0])
+    other["evaluation"]["tasks"]["a"]["outcomes"]["seeds"] = [4, 5, 6, 7]
+    q = paired(groups["grpo"], [other], ["a", "b"])
+    assert q is not None and q.tasks_skipped == ["a"] and set(q.per_task) == {"b"}
+
+
+def test_study_report_errors_are_one_line(tmp_path: Path, capsys):
+    from eppo_train.cli import main
+
+    assert main(["study-report", "--results", str(tmp_path / "none")]) == 2
+    assert "no study results folder" in capsys.readouterr().err
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "grpo-seed0.json").write_text("{oops")
+    assert main(["study-report", "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "grpo-seed0.json: not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_study_rejects_an_unknown_loss_or_ablation(tmp_path: Path, capsys):
+    from eppo_train.cli import main
+
+    assert main(["study", "--quick", "--algos", "grpo,nope", "--out", str(tmp_path / "x")]) == 2
+    assert main(["study", "--quick", "--ablations", "eppo-nope", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown ablation 'eppo-nope'" in capsys.readouterr().err
+
+
+def test_plan_names_and_ablation_configs(tmp_path: Path):
+    from eppo_train.config import load_config
+    from eppo_train.study import ABLATIONS, make_plan, run_config
+
+    plan = make_plan(["grpo", "eppo"], 3, list(ABLATIONS), 1)
+    names = [r.name for r in plan]
+    assert names[:6] == [f"{a}-seed{s}" for a in ("grpo", "eppo") for s in range(3)]
+    assert "eppo-high-seed0" in names and len(names) == 6 + len(ABLATIONS)
+    cfg = load_config("study")
+    high = run_config(cfg, next(r for r in plan if r.group == "eppo-high"), "m", tmp_path)
+    lam = run_config(cfg, next(r for r in plan if r.group == "eppo-lam0.25"), "m", tmp_path)
+    assert high.algo.name == "eppo" and high.pacing.variant == "high" and high.run.name == "eppo-high-seed0"
+    assert lam.pacing.lam == 0.25 and lam.pacing.variant == "both" and lam.sft.steps == 0
+    assert cfg.run.iterations >= 20 and cfg.evaluation.episodes >= 64
+
 
 @pytest.mark.slow
-def test_experiment_quick_writes_table_and_plots(tmp_path: Path):
+@pytest.mark.timeout(2400)  # 2026-12-01, 2 cores: 220 s at load ~4 (SFT cached), over 15 min at load ~12
+def test_experiment_quick_end_to_end(tmp_path: Path):
     from eppo_train.cli import main
 
     out = tmp_path / "quick"
     assert main(["study", "--quick", "--out", str(out)]) == 0
-    table = (out / "comparison.md").read_text()
     for algo in ("grpo", "dapo", "eppo"):
-        assert f"| {algo} |" in table
         for seed in range(3):
-            assert (out / "evals" / f"{algo}-s{seed}.json").exists()
-    data = json.loads((out / "comparison.json").read_text())
-    assert set(data) == {"grpo", "dapo", "eppo"} and all(0 <= d["mean"][0] <= 1 for d in data.values())
-    assert (out / "plots" / "success.png").stat().st_size > 0 and (out / "plots" / "entropy.png").exists()
-
-
-def test_study_rejects_an_unknown_loss(tmp_path: Path):
-    from eppo_train.cli import main
-
-    assert main(["study", "--quick", "--algos", "grpo,nope", "--out", str(tmp_path / "x")]) == 2
+            assert (out / "results" / f"{algo}-seed{seed}.json").exists()
+    text = (out / "study.md").read_text()
+    assert "| dapo | 0, 1, 2 |" in text and (out / "figures" / "entropy.png").exists()

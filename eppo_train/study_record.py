@@ -1,0 +1,130 @@
+"""One study run's result file (`docs/results/study/<name>.json`): small, self-describing, enough for the report.
+
+    {"schema": 1, "name": "eppo-seed0", "group": "eppo", "algo": "eppo", "seed": 0, "overrides": [],
+     "command": "eppo-train study", "date": "2026-12-01T12:00:00Z", "wall_seconds": ..., "train_seconds": ...,
+     "eval_seconds": ..., "load": {"start": [1m, 5m, 15m], "end": [...]}, "machine": {"cpus": 2, ...},
+     "resumed_from_step": 0, "start_model": {"model": ..., "sha256": ...}, "config": {...the run's config...},
+     "training_episodes": 800,
+     "iterations": [{"step": 1, "success": ..., "iteration_time_s": ..., "tasks": {"math": {"success": ...,
+                     "entropy": ..., "entropy_ema": ..., "eps_low": ..., "eps_high": ..., "clip_frac": ...}},
+                     "crossovers": [["a", "b"]], "spikes": ["math"]}, ...],
+     "crossovers": 3, "spikes": 1,
+     "evaluation": {"episodes_per_task": 64, "tasks": {"math": {"success": ..., "success_ci95": [...],
+                    "split": ..., "outcomes": {"seeds": [0, ...], "won": [...], "reward": [...]}}}}}
+
+Nothing in it depends on the machine it is read on, so a report can be rebuilt anywhere from the files alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from eppo_train.config import Config, to_dict
+
+SCHEMA = 1
+# Per-task training numbers kept per iteration (the rest of metrics.jsonl stays in the scratch run folder).
+TASK_KEYS = ("success", "reward", "entropy", "entropy_ema", "pace_scale", "eps_low", "eps_high", "clip_frac",
+             "approx_kl", "response_length", "samples")
+EVAL_KEYS = ("episodes", "success", "success_ci95", "mean_reward", "mean_reward_ci95", "invalid_action_rate",
+             "env_id", "split", "outcomes")
+
+
+def model_fingerprint(model: str) -> dict[str, Any]:
+    """sha256 of a local model folder's weight files (empty for a named model: its weights are the shipped ones)."""
+    folder = Path(model)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return {}
+    digest = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                digest.update(block)
+    return {"sha256": digest.hexdigest()}
+
+
+def _iteration(rec: dict) -> dict[str, Any]:
+    events = rec.get("events", {})
+    return {
+        "step": int(rec["step"]),
+        "success": rec.get("success"),
+        "iteration_time_s": rec.get("iteration_time_s"),
+        "tasks": {t: {k: v[k] for k in TASK_KEYS if k in v} for t, v in rec.get("tasks", {}).items()},
+        "crossovers": events.get("crossovers", []),
+        "spikes": events.get("spikes", []),
+    }
+
+
+def build_record(run, cfg: Config, start: dict, metrics: list[dict], report: dict, *, command: str,
+                 resumed_from: int, started: float, train_s: float, eval_s: float,
+                 load: tuple[tuple[float, ...], tuple[float, ...]]) -> dict[str, Any]:
+    iterations = [_iteration(r) for r in metrics]
+    return {
+        "schema": SCHEMA,
+        "name": run.name,
+        "group": run.group,
+        "algo": run.algo,
+        "seed": run.seed,
+        "overrides": list(run.overrides),
+        "command": command,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "wall_seconds": round(train_s + eval_s, 1),
+        "train_seconds": round(train_s, 1),
+        "eval_seconds": round(eval_s, 1),
+        "load": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[1]]},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.machine()},
+        "resumed_from_step": resumed_from,
+        "start_model": start,
+        "config": to_dict(cfg),
+        "training_episodes": cfg.run.iterations * sum(t.problems for t in cfg.env.tasks) * cfg.rollout.group_size,
+        "iterations": iterations,
+        "crossovers": sum(len(i["crossovers"]) for i in iterations),
+        "spikes": sum(len(i["spikes"]) for i in iterations),
+        "evaluation": {
+            "episodes_per_task": report["episodes_per_task"],
+            "seconds": report.get("seconds"),
+            "tasks": {t: {k: v[k] for k in EVAL_KEYS if k in v} for t, v in report["tasks"].items()},
+        },
+    }
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write then rename: a killed run never leaves half a result file (which would count as done)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+class ResultError(ValueError):
+    """A result file that cannot be read: one line naming it."""
+
+
+def load_results(results: Path) -> list[dict]:
+    """Every `<name>.json` result file in `results` (plan.json aside), sorted by name."""
+    out = []
+    for path in sorted(Path(results).glob("*.json")):
+        if path.name == "plan.json":
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ResultError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        missing = [k for k in ("name", "group", "seed", "iterations", "evaluation") if k not in data]
+        if missing:
+            raise ResultError(f"{path}: not a study result file (no {missing[0]!r})")
+        out.append(data)
+    return out
+
+
+def load_plan(results: Path) -> list[str]:
+    path = Path(results) / "plan.json"
+    if not path.exists():
+        return []
+    return [r["name"] for r in json.loads(path.read_text()).get("runs", [])]

@@ -1,0 +1,285 @@
+"""`eppo-train study-report` (`make study-report`): `study.md` and its figures from the study's result files alone.
+
+Success is each run's final greedy evaluation (seeds 0..N-1 of every task's evaluation split), mean +- std over
+seeds. A loss is compared with `grpo` run by run on the same training seed and, inside it, the same evaluation
+instance: the per-instance differences of every (seed, instance) pair of a task go through the stratified paired
+bootstrap of `eppo_train.stats` (tasks weigh equally), so the interval is that of the mean success difference over
+tasks. It treats the seeds as given (evaluation noise and pooled seeds), so the per-seed differences are listed
+beside it. The EPPO ablation is compared the same way with the main `eppo` runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from eppo_train.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff
+from eppo_train.study_plots import entropy_figure, eps_figure, success_figure
+from eppo_train.study_record import ResultError, load_plan, load_results
+
+MAIN_LOSSES = ("grpo", "dapo", "eppo", "clip_cov", "kl_cov")
+REQUIRED = ("grpo", "dapo", "eppo", "clip_cov")  # the acceptance bar: >= 3 seeds each
+MIN_SEEDS = 3
+
+
+@dataclass
+class Paired:
+    seeds: list[int]
+    overall: Interval  # mean over tasks of the success difference (other - base)
+    per_task: dict[str, Interval]
+    per_seed: dict[int, float]
+    tasks_skipped: list[str]  # instances did not line up (another evaluation set)
+
+
+def _ms(values: list[float]) -> str:
+    if not values:
+        return "–"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+
+
+def _success(run: dict, task: str) -> float:
+    return float(run["evaluation"]["tasks"][task]["success"])
+
+
+def _mean_success(run: dict, tasks: list[str]) -> float:
+    return statistics.fmean(_success(run, t) for t in tasks)
+
+
+def by_group(results: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for r in sorted(results, key=lambda r: (r["group"], r["seed"])):
+        groups.setdefault(r["group"], []).append(r)
+    return groups
+
+
+def eval_tasks(results: list[dict]) -> list[str]:
+    """Tasks every run was evaluated on, in the first run's order."""
+    if not results:
+        return []
+    common = set.intersection(*(set(r["evaluation"]["tasks"]) for r in results))
+    return [t for t in results[0]["evaluation"]["tasks"] if t in common]
+
+
+def paired(base: list[dict], other: list[dict], tasks: list[str]) -> Paired | None:
+    """other - base on the seeds both have; None when they share no seed."""
+    a_by, b_by = {r["seed"]: r for r in base}, {r["seed"]: r for r in other}
+    seeds = sorted(set(a_by) & set(b_by))
+    if not seeds:
+        return None
+    groups, per_task, skipped = [], {}, []
+    for t in tasks:
+        a, b, ok = [], [], True
+        for s in seeds:
+            oa, ob = a_by[s]["evaluation"]["tasks"][t]["outcomes"], b_by[s]["evaluation"]["tasks"][t]["outcomes"]
+            ok = ok and oa["seeds"] == ob["seeds"]
+            a += [float(w) for w in oa["won"]]
+            b += [float(w) for w in ob["won"]]
+        if not ok:
+            skipped.append(t)
+            continue
+        groups.append((a, b))
+        per_task[t] = paired_bootstrap_diff(a, b)
+    used = [t for t in tasks if t not in skipped]
+    per_seed = {s: _mean_success(b_by[s], used) - _mean_success(a_by[s], used) for s in seeds} if used else {}
+    return Paired(seeds, paired_bootstrap_mean_diff(groups), per_task, per_seed, skipped)
+
+
+def _word(iv: Interval) -> str:
+    if not iv.excludes_zero():
+        return "no detectable difference (the interval contains 0)"
+    return "higher" if iv.estimate > 0 else "lower"
+
+
+# ---------------------------------------------------------------------------- the sections
+def _setup(results: list[dict], tasks: list[str]) -> list[str]:
+    r0 = results[0]
+    cfg = r0["config"]
+    episodes = sorted({r["training_episodes"] for r in results})
+    starts = sorted({r["start_model"].get("sha256", "")[:12] or f"named model {r['start_model'].get('model')}"
+                     for r in results})
+    it_s = [it["iteration_time_s"] for r in results for it in r["iterations"] if it.get("iteration_time_s")]
+    lines = [
+        "## Setup",
+        "",
+        f"- Start model: `{r0['start_model'].get('base_model')}`, {r0['start_model'].get('how')}; start weights "
+        f"{', '.join(starts)}" + (" (**the runs did not all start from the same weights**)"
+                                                  if len(starts) > 1 else " (every run)") + ".",
+        f"- Tasks: {', '.join(tasks)}; {cfg['run']['iterations']} RL iterations per run, "
+        f"{cfg['rollout']['group_size']} samples per problem, "
+        f"training episodes per run: {', '.join(map(str, episodes))}"
+        + (" (**unequal**)" if len(episodes) > 1 else " (equal for every run)") + ".",
+        f"- Evaluation: {r0['evaluation']['episodes_per_task']} episodes per task, greedy, splits "
+        + ", ".join(f"{t} `{r0['evaluation']['tasks'][t].get('split', '?')}`" for t in tasks) + ".",
+        f"- Cost: {statistics.fmean(r['wall_seconds'] for r in results) / 60:.1f} min per run on average "
+        f"(training + evaluation), {statistics.fmean(it_s) if it_s else float('nan'):.0f} s per RL iteration; "
+        f"machines: {', '.join(sorted({str(r['machine'].get('cpus')) + ' CPUs' for r in results}))}; "
+        f"1-min load at the start of a run {min(r['load']['start'][0] for r in results):.1f}–"
+        f"{max(r['load']['start'][0] for r in results):.1f}; dates "
+        f"{min(r['date'] for r in results)[:10]} – {max(r['date'] for r in results)[:10]}.",
+        "",
+    ]
+    return lines
+
+
+def _success_table(groups: dict[str, list[dict]], tasks: list[str], title: str) -> list[str]:
+    head = ["run group", "seeds", *tasks, "**mean**", "crossovers", "spikes"]
+    lines = [title, "", "| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
+    for g, runs in groups.items():
+        cells = [_ms([_success(r, t) for r in runs]) for t in tasks]
+        cells.append(f"**{_ms([_mean_success(r, tasks) for r in runs])}**")
+        cells += [_ms([float(r["crossovers"]) for r in runs]), _ms([float(r["spikes"]) for r in runs])]
+        lines.append(f"| {g} | {', '.join(str(r['seed']) for r in runs)} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _paired_table(base_name: str, base: list[dict], others: dict[str, list[dict]], tasks: list[str],
+                  title: str) -> tuple[list[str], dict[str, Paired]]:
+    found: dict[str, Paired] = {}
+    head = ["run group", "paired seeds", f"mean − {base_name} [95%]", *tasks, "per seed"]
+    lines = [title, "", "| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * (len(tasks) + 1)]
+    for g, runs in others.items():
+        p = paired(base, runs, tasks)
+        if p is None:
+            lines.append(f"| {g} | – | no seed in common with {base_name} |" + " |" * len(tasks) + " |")
+            continue
+        found[g] = p
+        cells = [p.per_task[t].fmt(2, signed=True) if t in p.per_task else "instances differ" for t in tasks]
+        seeds = " ".join(f"{s}: {d:+.2f}" for s, d in p.per_seed.items())
+        lines.append(f"| {g} | {len(p.seeds)} | **{p.overall.fmt(2, signed=True)}** | " + " | ".join(cells)
+                     + f" | {seeds} |")
+    return [*lines, ""], found
+
+
+def _events_table(results: list[dict], cfg: dict) -> list[str]:
+    pc = cfg["pacing"]
+    lines = [
+        "## Entropy crossovers and spikes, per run",
+        "",
+        f"Definitions (`eppo_train/pacing.py`, the same for every loss): `H_k` is the mean token entropy of task "
+        f"k's sampled response tokens in an iteration; `Ĥ_k ← β·Ĥ_k + (1−β)·H_k` with β = {pc['beta']}. A "
+        f"**crossover** is a pair of tasks whose EMAs change order (the sign of `Ĥ_i − Ĥ_j` flips from one "
+        f"iteration to the next; ties keep the last order). A **spike** is `H_k(t) > (1 + τ)·Ĥ_k(t−1)` with "
+        f"τ = {pc['tau']}.",
+        "",
+        "| run | crossovers | first at iteration | spikes | spikes by task |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for r in sorted(results, key=lambda r: r["name"]):
+        first = next((it["step"] for it in r["iterations"] if it["crossovers"]), None)
+        spikes: dict[str, int] = {}
+        for it in r["iterations"]:
+            for t in it["spikes"]:
+                spikes[t] = spikes.get(t, 0) + 1
+        lines.append(f"| {r['name']} | {r['crossovers']} | {first or '–'} | {r['spikes']} | "
+                     + (", ".join(f"{t} {n}" for t, n in sorted(spikes.items())) or "–") + " |")
+    return [*lines, ""]
+
+
+def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing: list[str],
+             tasks: list[str]) -> list[str]:
+    lines = ["## Verdict", ""]
+    short = [g for g in REQUIRED if len(groups.get(g, [])) < MIN_SEEDS]
+    if missing or short:
+        why = ([f"{len(missing)} planned run(s) have no result file ({', '.join(missing)})"] if missing else []) + (
+            [f"fewer than {MIN_SEEDS} seeds for {', '.join(short)}"] if short else [])
+        lines.append(f"**The study is incomplete**: {'; '.join(why)}. What follows reads only the runs that are done.")
+        lines.append("")
+    flat = [t for t in tasks if len({_success(r, t) for rs in groups.values() for r in rs}) == 1]
+    if flat:
+        lines.append(f"- Every run scored the same on {', '.join(flat)}: these tasks cannot separate the losses.")
+    for g, p in vs_grpo.items():
+        lines.append(f"- {g} vs grpo ({len(p.seeds)} paired seeds): mean success {p.overall.fmt(2, signed=True)}: "
+                     f"{_word(p.overall)}.")
+    grpo, eppo = groups.get("grpo", []), groups.get("eppo", [])
+    if grpo and eppo:
+        gs, es = [r["spikes"] for r in grpo], [r["spikes"] for r in eppo]
+        gc = [r["crossovers"] for r in grpo]
+        lines.append(f"- Entropy under grpo: {statistics.fmean(gc):.1f} crossovers and {statistics.fmean(gs):.1f} "
+                     f"spikes per run; under eppo {statistics.fmean(es):.1f} spikes per run.")
+        fewer = statistics.fmean(es) < statistics.fmean(gs)
+        beats = ("eppo" in vs_grpo and vs_grpo["eppo"].overall.lo > 0)
+        if "dapo" in groups:
+            dp = paired(groups["dapo"], eppo, tasks)
+            beats = beats and dp is not None and dp.overall.lo > 0
+            if dp is not None:
+                lines.append(f"- eppo vs dapo ({len(dp.seeds)} paired seeds): {dp.overall.fmt(2, signed=True)}: "
+                             f"{_word(dp.overall)}.")
+        claim = "supported" if (beats and fewer) else "not supported"
+        rivals = "grpo and dapo" if "dapo" in groups else "grpo"
+        lines += ["", f"**The claim** (EPPO has fewer entropy spikes than grpo and higher success than {rivals}, "
+                  f"intervals above 0) is **{claim}** by this data"
+                  + (" (preliminary: runs are missing)." if missing or short else ".")]
+        if claim == "not supported":
+            lines.append("Seeing an effect would need tasks whose success after SFT is neither 0 nor 1 on every "
+                         "run, more RL iterations (the learning rate and trained layers here move the greedy "
+                         "policy slowly), more seeds or evaluation episodes for tighter intervals, or a larger "
+                         "model whose tasks differ in pace.")
+    elif not groups:
+        lines.append("No run has finished yet: there is nothing to judge.")
+    return [*lines, ""]
+
+
+# ---------------------------------------------------------------------------- the report
+def write_report(results_dir: Path, report: Path) -> Path:
+    """study.md and figures/ beside it, from the result files in `results_dir`; returns the report's path."""
+    results_dir, report = Path(results_dir), Path(report)
+    if not results_dir.is_dir():
+        raise ResultError(f"no study results folder {results_dir}")
+    results = load_results(results_dir)
+    plan = load_plan(results_dir)
+    names = {r["name"] for r in results}
+    missing = [n for n in plan if n not in names]
+    try:
+        rel = results_dir.resolve().relative_to(report.parent.resolve())
+    except ValueError:
+        rel = results_dir
+    text = [
+        "# The EPPO study: does entropy pacing beat GRPO and DAPO when tasks train at once?",
+        "",
+        f"Generated by `eppo-train study-report --results {results_dir} --out {report}` (`make study-report`; "
+        f"`make experiment` rebuilds it too) from {len(results)} result file(s) in `{rel}/`, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Do not edit by hand.",
+        "",
+        f"Runs done: {len(results)} of {len(plan) or len(results)} planned"
+        + (f"; missing: {', '.join(missing)}. `make experiment` runs the missing ones (and skips the rest)."
+           if missing else "."),
+        "",
+    ]
+    groups = by_group(results)
+    tasks = eval_tasks(results)
+    vs_grpo: dict[str, Paired] = {}
+    figures: list[Path] = []
+    if results:
+        main = {g: groups[g] for g in MAIN_LOSSES if g in groups}  # in the losses' order, grpo first
+        ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
+        text += _setup(results, tasks)
+        text += _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
+        rivals = {g: rs for g, rs in main.items() if g != "grpo"}
+        if "grpo" in groups and rivals:
+            lines, vs_grpo = _paired_table("grpo", groups["grpo"], rivals, tasks,
+                                           "## Paired comparison with grpo (same seeds, same instances)")
+            text += lines
+        if ablation:
+            text += _success_table({"eppo": groups.get("eppo", []), **ablation} if "eppo" in groups else ablation,
+                                   tasks, "## EPPO ablation (variant, λ, α; one change each from `eppo`)")
+            if "eppo" in groups:
+                text += _paired_table("eppo", groups["eppo"], ablation, tasks, "Paired with the main eppo runs:")[0]
+        text += _events_table(results, results[0]["config"])
+        fig_dir = report.parent / "figures"
+        first = {g: rs[0] for g, rs in groups.items()}
+        figures = [p for p in (
+            entropy_figure(first.get("grpo"), first.get("eppo"), fig_dir / "entropy.png"),
+            success_figure(main, fig_dir / "success.png"),
+            eps_figure(first.get("eppo"), fig_dir / "eps.png"),
+        ) if p is not None]
+        text += ["## Figures", ""] + [f"![{p.stem}](figures/{p.name})" for p in figures] + [
+            "", "`entropy.png`: per-task entropy (thin) and EMA (thick) for the lowest grpo and eppo seed, spikes "
+            "as crosses, crossovers dashed; `success.png`: training success per iteration per loss, ±1 std over "
+            "seeds; `eps.png`: EPPO's paced ε per task.", ""]
+    text += _verdict({g: rs for g, rs in groups.items() if g in MAIN_LOSSES}, vs_grpo, missing, tasks)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("\n".join(text))
+    return report
