@@ -71,11 +71,12 @@ class Progress:
         if done < total and now - self._last_line < self.every_s:
             return
         self._last_line = now
-        rate = tokens / seconds if seconds > 0 else 0.0
+        # A rate over under 0.1 s (the first tick of a rollout, an expert's instant replies) means nothing.
+        rate_text = f" | {tokens / seconds:.0f} new tok/s" if seconds >= 0.1 else ""
         eta = ""
         if stage_eta and 0 < done < total:
             eta = f" | stage ETA {_fmt_s(seconds / done * (total - done))}"
-        self._line(f"{self._pos(self.stage)}: {what} {done}/{total} | {rate:.0f} new tok/s{eta}")
+        self._line(f"{self._pos(self.stage)}: {what} {done}/{total}{rate_text}{eta}")
 
     def ticks(self, what: str, level: int = 1):
         """A listener for eppo_train.ticks: one rollout call's episodes (SFT demos, an RL iteration's rollout)."""
