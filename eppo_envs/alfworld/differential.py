@@ -109,18 +109,23 @@ def _compare(report: DiffReport, where: str, stock: tuple[str, list[str], bool],
     return True
 
 
+def _timed_pair(report: DiffReport, stock_call, fast_call) -> tuple[Any, Any]:
+    """Run the stock engine's call, then ours, adding each one's seconds to the report."""
+    t0 = time.perf_counter()
+    s = stock_call()
+    t1 = time.perf_counter()
+    f = fast_call()
+    report.stock_s += t1 - t0
+    report.fast_s += time.perf_counter() - t1
+    return s, f
+
+
 def play(report: DiffReport, stock: StockEngine, fast: FastEngine, game: str | dict[str, Any] | None, label: str,
          rng: random.Random, steps: int, plan: list[str] | None = None) -> None:
     """One trajectory through both engines (`game` None: the loaded one, reset); stops at the first difference.
     With `plan`, its commands are played in order, each preceded by a harmless one a quarter of the time."""
     plan = list(plan) if plan is not None else None
-    t0 = time.perf_counter()
-    s = stock.start(game)
-    t1 = time.perf_counter()
-    f = fast.start(game)
-    t2 = time.perf_counter()
-    report.stock_s += t1 - t0
-    report.fast_s += t2 - t1
+    s, f = _timed_pair(report, lambda: stock.start(game), lambda: fast.start(game))
     report.trajectories += 1
     if not _compare(report, f"{label} reset", s, f):
         return
@@ -132,13 +137,7 @@ def play(report: DiffReport, stock: StockEngine, fast: FastEngine, game: str | d
         else:
             command = _noise(rng, s[1])
         report.inadmissible += command.strip() not in s[1]
-        t0 = time.perf_counter()
-        s = stock.step(command)
-        t1 = time.perf_counter()
-        f = fast.step(command)
-        t2 = time.perf_counter()
-        report.stock_s += t1 - t0
-        report.fast_s += t2 - t1
+        s, f = _timed_pair(report, lambda c=command: stock.step(c), lambda c=command: fast.step(c))
         report.steps += 1
         if not _compare(report, f"{label} step {i} {command!r}", s, f):
             return
