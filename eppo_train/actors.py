@@ -160,18 +160,21 @@ class RemotePolicy(PolicyBackend):
 
 
 class LocalWorkers:
-    """Everything in this process (`ray.enabled=false`): for debugging and tests."""
+    """Everything in this process (`ray.enabled=false`): for debugging, tests and one-machine pipelines.
 
-    def __init__(self, cfg: Config) -> None:
-        self.gen = GeneratorWorker(engine_spec(cfg))
-        self.policy: PolicyBackend = self.gen.policy
+    `engine`: an engine already running (the pipeline's `SharedEngine`, holding the starting model's weights),
+    sampled from instead of starting one; closing it stays its owner's job.
+    """
+
+    def __init__(self, cfg: Config, engine: PolicyBackend | None = None) -> None:
+        self.policy: PolicyBackend = engine if engine is not None else make_engine(engine_spec(cfg))
         self.learner_worker = LearnerWorker(to_dict(cfg))
 
     def train(self, samples: list[Sample]) -> StepReport:
         return self.learner_worker.train_step(samples)
 
     def sync_weights(self) -> None:
-        self.gen.update_weights(self.learner_worker.weights())
+        self.policy.update_weights(self.learner_worker.weights())
 
     def save(self, path: Path) -> None:
         self.learner_worker.save(str(path))
@@ -276,8 +279,11 @@ class RayWorkers:
                 pass
 
 
-def make_workers(cfg: Config) -> LocalWorkers | RayWorkers:
-    return RayWorkers(cfg) if cfg.ray.enabled else LocalWorkers(cfg)
+def make_workers(cfg: Config, engine: PolicyBackend | None = None) -> LocalWorkers | RayWorkers:
+    """Ray actors (`ray.enabled`) or this process; a running `engine` is only reused in this process."""
+    if cfg.ray.enabled:
+        return RayWorkers(cfg)
+    return LocalWorkers(cfg, engine)
 
 
 def network_metrics(pool, workers) -> dict[str, float]:

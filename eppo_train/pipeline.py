@@ -25,6 +25,7 @@ from typing import Any
 from eppo_train.config import Config, save_config
 from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
 from eppo_train.policy.base import SamplingParams
+from eppo_train.policy.engine import SharedEngine
 from eppo_train.progress import Progress, RLWatcher
 from eppo_train.ticks import listen
 
@@ -45,15 +46,21 @@ def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:
             for split, group in by_split.items()]
 
 
-def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None) -> dict[str, Any]:
-    """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split."""
+def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None,
+                   engine: SharedEngine | None = None) -> dict[str, Any]:
+    """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split (on `engine` when
+    given: the pipeline's one engine, with `model`'s weights pushed into it)."""
+    from eppo_train.policy.agents import PolicyAgent
     from eppo_train.policy.factory import PolicyOptions, make_policy
 
     specs = eval_specs(cfg, slots)
     params = SamplingParams(specs[0][0].max_new_tokens, 0.0, 1.0, 0)
-    agent = make_policy(model, cfg.model.backend, PolicyOptions(
-        dtype=cfg.model.generator_dtype, batch_size=cfg.evaluation.batch_size, params=params,
-        max_model_len=max(cfg.rollout.max_total_tokens, 256)))
+    if engine is not None:
+        agent = PolicyAgent(engine.serving(model), params)
+    else:
+        agent = make_policy(model, cfg.model.backend, PolicyOptions(
+            dtype=cfg.model.generator_dtype, batch_size=cfg.evaluation.batch_size, params=params,
+            max_model_len=max(cfg.rollout.max_total_tokens, 256)))
     total = sum(len(spec.tasks) * spec.episodes for spec, _ in specs)
     tasks: dict[str, Any] = {}
     seconds, before, tokens = 0.0, 0, 0
@@ -88,6 +95,12 @@ class Pipeline:
         if resume and self.state_path.exists():
             self.state = json.loads(self.state_path.read_text())
         self.progress = Progress(STAGES, [s.label for s in self.slots])
+        # One generation engine for all four generating stages (each start costs minutes on CPU); HF needs none.
+        self.engine: SharedEngine | None = None
+        if cfg.model.backend == "vllm" and not cfg.ray.enabled:
+            from eppo_train.actors import engine_spec
+
+            self.engine = SharedEngine(engine_spec(cfg))
 
     def _finish(self, stage: str, result: dict[str, Any]) -> None:
         self.state["done"][stage] = result
@@ -106,14 +119,18 @@ class Pipeline:
     def run(self) -> Path:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_config(self.cfg, self.run_dir / "config.yaml")
-        for stage in STAGES:
-            if stage in self.state["done"]:
-                self.progress.skip(stage)
-                continue
-            self.progress.start(stage)
-            result = getattr(self, f"_{stage}")()
-            self._finish(stage, result)
-            self.progress.finish(stage, result.get("tasks"))
+        try:
+            for stage in STAGES:
+                if stage in self.state["done"]:
+                    self.progress.skip(stage)
+                    continue
+                self.progress.start(stage)
+                result = getattr(self, f"_{stage}")()
+                self._finish(stage, result)
+                self.progress.finish(stage, result.get("tasks"))
+        finally:
+            if self.engine is not None:
+                self.engine.close()
         from eppo_train.summary import write_summary
 
         path = write_summary(self.run_dir, self.cfg, self.state["done"])
@@ -121,7 +138,7 @@ class Pipeline:
         return self.run_dir
 
     def _eval(self, name: str, model: str) -> dict[str, Any]:
-        report = evaluate_model(self.cfg, self.slots, model, self.progress)
+        report = evaluate_model(self.cfg, self.slots, model, self.progress, self.engine)
         (self.run_dir / "evals").mkdir(exist_ok=True)
         (self.run_dir / "evals" / f"{name}.json").write_text(json.dumps(report, indent=1))
         return report
@@ -157,7 +174,10 @@ class Pipeline:
                       model=replace(self.cfg.model, name=model), sft=replace(self.cfg.sft, steps=0))
         resume = latest_checkpoint(rl_dir) is not None
         with RLWatcher(rl_dir, cfg.run.iterations, self.progress), listen(self.progress.ticks("rollout episodes", 2)):
-            Trainer(cfg, resume=resume).run()
+            engine = self.engine.serving(model) if self.engine is not None else None
+            Trainer(cfg, resume=resume, engine=engine).run()
+        if self.engine is not None:
+            self.engine.weights_changed(None)  # the trainer pushed its own weights into it
         return {"model": str(latest_checkpoint(rl_dir) / "model"), "iterations": cfg.run.iterations}
 
 

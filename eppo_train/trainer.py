@@ -66,8 +66,11 @@ def rollout_metrics(episodes, samples) -> dict[str, dict[str, float]]:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, resume: bool = False) -> None:
+    def __init__(self, cfg: Config, resume: bool = False, engine=None) -> None:  # noqa: ANN001 (a PolicyBackend)
+        """`engine`: a running generation engine holding `cfg.model.name`'s weights, reused instead of starting one
+        (the pipeline's shared engine; local mode only)."""
         self.cfg = cfg
+        self.engine = engine
         self.run_dir = cfg.run_dir
         self.resume = resume
         self.slots = prepare_tasks(cfg)
@@ -117,7 +120,7 @@ class Trainer:
                               resources=cfg.ray.resources_per_worker)
         else:
             pool = LocalEnvPool()
-        workers = make_workers(cfg)
+        workers = make_workers(cfg, self.engine)
         tokenizer = workers.policy.tokenizer
         metrics = MetricsWriter(self.run_dir, cfg.run.tensorboard, resume_offset=offset,
                                 resume_step=start if offset is not None else None)

@@ -9,7 +9,7 @@ against (`tests/test_vllm.py`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from eppo_train.policy.base import PolicyBackend
 
@@ -67,3 +67,70 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     except Exception as exc:  # vLLM raises many kinds (unsupported head size, no memory, engine died)
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise EngineError(f"vLLM could not start for {spec.model}: {reason}; {hint}") from exc
+
+
+class SharedEngine:
+    """One engine for every stage of a pipeline: started once, then each stage's model is pushed into it.
+
+    A vLLM start costs 1.5–10 minutes on a 2-core machine; `make train` generates in four stages (three evaluations
+    and RL) from three models (base, SFT, RL). Instead of four starts, the first stage starts the engine and later
+    stages load their model folder's weights in place (`update_weights`, the same path the trainer's per-iteration
+    push takes). Stages borrow it through `borrow()`, whose `close()` does nothing; the owner closes it once.
+    """
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        self.engine: PolicyBackend | None = None
+        self.model: str | None = None  # whose weights the engine holds now
+
+    def serving(self, model: str) -> PolicyBackend:
+        """The engine holding `model`'s weights (a model name or a transformers folder)."""
+        if self.engine is None:
+            self.engine = make_engine(replace(self.spec, model=model))
+        elif model != self.model:
+            self.engine.update_weights(folder_weights(model))  # vLLM also drops its prefix cache here
+        self.model = model
+        return Borrowed(self.engine)
+
+    def weights_changed(self, model: str | None = None) -> None:
+        """Someone else (the trainer) pushed weights: the engine now holds `model`, or an unnamed state."""
+        self.model = model
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        self.engine, self.model = None, None
+
+
+class Borrowed(PolicyBackend):
+    """A stage's handle on a shared engine: everything passes through except `close` (the owner's job)."""
+
+    def __init__(self, engine: PolicyBackend) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.name = getattr(engine, "name", type(engine).__name__)
+
+    def generate(self, prompts, params, budgets=None):  # noqa: ANN001, ANN201  (PolicyBackend's signature)
+        return self.engine.generate(prompts, params, budgets=budgets)
+
+    def update_weights(self, state_dict) -> None:  # noqa: ANN001
+        self.engine.update_weights(state_dict)
+
+    def close(self) -> None:
+        """Nothing: the shared engine outlives the stage."""
+
+
+def folder_weights(model: str) -> dict:
+    """Every tensor of a model (a name `resolve_model` knows or a transformers folder), by its HF name."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from eppo_train.policy.models import resolve_model
+
+    weights: dict = {}
+    for f in sorted(Path(resolve_model(model)).glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    if not weights:
+        raise EngineError(f"no safetensors weights in {model}: cannot load it into the running engine")
+    return weights
