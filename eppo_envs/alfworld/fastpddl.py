@@ -28,6 +28,7 @@ from textworld.envs.pddl.textgen import ProductionRule
 from textworld.envs.pddl.textgen import _parse_and_convert as parse_symbols
 from textworld.generator.game import EntityInfo
 
+from eppo_envs.alfworld import grounding
 from eppo_envs.alfworld.textgen import CompiledGrammar, Context, FactIndex, Ph, Var
 from eppo_envs.alfworld.translation import ArgvGuard, Translation, cached_translation
 
@@ -90,7 +91,9 @@ def negation(name: str) -> str:
 
 
 def clear_caches() -> None:
-    """Forget every parsed grammar and translated problem (the next load of any game is a cold one)."""
+    """Forget every parsed grammar, compiled exploration rule and translated problem (the next load of any game is a
+    cold one)."""
+    grounding.clear_compiled()
     _LOGIC_CACHE.clear()
     _GRAMMAR_CACHE.clear()
     _GAME_CACHE.clear()
