@@ -167,7 +167,8 @@ def _game_for(lib: Any, data: dict[str, Any]) -> tuple[_Game, bool]:
     if game is not None and game.domain == data["pddl_domain"]:
         _GAME_CACHE.move_to_end(key)
         return game, False
-    game = _build_game(lib, data["pddl_domain"], data["grammar"], data["pddl_problem"])
+    with grounding.paused_gc():  # a first load allocates a lot (translation, grammar): see paused_gc
+        game = _build_game(lib, data["pddl_domain"], data["grammar"], data["pddl_problem"])
     _GAME_CACHE[key] = game
     while len(_GAME_CACHE) > GAME_CACHE_SIZE:
         _GAME_CACHE.popitem(last=False)
