@@ -41,8 +41,9 @@ class PolicyOptions:
     max_model_len: int = 4096  # vLLM: prompt + completion tokens per sequence
 
 
-def latest_checkpoint(root: Path = Path("runs")) -> Path | None:
-    """The newest folder under `root` holding a transformers model (config.json + weights)."""
+def newest_model_folder(root: Path = Path("runs")) -> Path | None:
+    """The newest folder under `root` holding a transformers model (config.json + weights), from any run: what
+    `latest` names (a run's own newest checkpoint is `trainer.latest_checkpoint`)."""
     if not root.exists():
         return None
     found = [p.parent for p in root.glob("**/config.json") if any(p.parent.glob("*.safetensors"))]
@@ -85,7 +86,7 @@ def _path_kind(kind: str) -> Callable[[str, str, PolicyOptions], Agent]:
 
 
 def _latest(arg: str, backend: str, opts: PolicyOptions) -> Agent:
-    found = latest_checkpoint()
+    found = newest_model_folder()
     if found is None:
         print("no checkpoint under runs/: evaluating the default model", file=sys.stderr)
     return _model_agent(str(found) if found else "default", backend, opts)
