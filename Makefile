@@ -47,7 +47,7 @@ eval: install  ## evaluate the latest runs/ checkpoint (or the default model) on
 	$(PY) -m eppo_train.eval --policy latest --tasks all $(ARGS)
 
 bench: install  ## measure env, sandbox, retriever, rollout and learner throughput; writes bench/results.json
-	$(PY) -m eppo_train.bench $(ARGS)
+	$(PY) -m eppo_train.benchmarks $(ARGS)
 
 experiment: install  ## the EPPO study: runs without a result file in docs/results/study/, then docs/results/study.md (resumable; many hours on CPU)
 	$(PY) -m eppo_train.cli study $(ARGS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from importlib import import_module
 
 from rich.console import Console
@@ -13,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 import eppo_envs
-from eppo_envs.core import expert_policy, first_prompt, play_episode
+from eppo_envs.benchmarks.experts import run_expert
+from eppo_envs.core import first_prompt
 from eppo_envs.core.registry import resolve, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
@@ -93,32 +93,6 @@ def cmd_play(args: argparse.Namespace) -> int:
             break
     env.close()
     return 0
-
-
-def run_expert(env_id: str, split: str | None, episodes: int, first_seed: int = 0) -> dict:
-    """Play the expert on seeds first_seed.. and return the figures the CLI and `make bench` print."""
-    env = eppo_envs.make(env_id)
-    split = split or env.unwrapped.eval_split  # None: the env's own evaluation split
-    policy = expert_policy(env)
-    steps = 0
-    results = []
-    start = time.perf_counter()
-    for seed in range(first_seed, first_seed + episodes):
-        episode = play_episode(env, policy, seed=seed, split=split)
-        steps += episode.num_steps
-        results.append(episode)
-    elapsed = time.perf_counter() - start
-    env.close()
-    return {
-        "env_id": env_id,
-        "split": split,
-        "episodes": episodes,
-        "success_rate": sum(e.won for e in results) / max(episodes, 1),
-        "mean_reward": sum(e.total_reward for e in results) / max(episodes, 1),
-        "mean_steps": steps / max(episodes, 1),
-        "steps_per_s": steps / elapsed if elapsed > 0 else float("nan"),
-        "lost": [e.instance_id for e in results if not e.won],
-    }
 
 
 def cmd_expert(args: argparse.Namespace) -> int:

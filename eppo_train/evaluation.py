@@ -17,7 +17,7 @@ import gymnasium as gym
 
 import eppo_envs
 from eppo_train.policy.agents import Agent
-from eppo_train.stats import bootstrap_mean, wilson
+from eppo_train.stats import bootstrap_mean, episode_stats, wilson
 from eppo_train.ticks import RolloutTick, listen
 
 
@@ -76,30 +76,32 @@ class EvalReport:
         return out
 
 
+# evaluation reports keep their name for one of stats.episode_stats' numbers (eval tables and studies read it)
+_REPORT_NAMES = {"invalid_rate": "invalid_action_rate"}
+_REPORT_KEYS = ("episodes", "success", "mean_reward", "mean_turns", "invalid_rate", "truncated")
+
+
 def summarise(episodes: list) -> dict[str, Any]:
-    """Rates with Wilson intervals, means with bootstrap intervals, and the per-seed outcomes."""
+    """`stats.episode_stats` with intervals: rates with Wilson intervals, means with bootstrap intervals, and the
+    per-seed outcomes."""
     episodes = sorted(episodes, key=lambda e: e.seed)
-    n = len(episodes)
-    wins = sum(e.won for e in episodes)
+    point = episode_stats(episodes)
     steps = sum(e.num_steps for e in episodes)
-    invalid = sum(e.invalid_actions for e in episodes)
-    reward = bootstrap_mean([e.total_reward for e in episodes])
-    turns = bootstrap_mean([float(e.num_steps) for e in episodes])
+    intervals = {
+        "success": list(wilson(sum(e.won for e in episodes), len(episodes))),
+        "mean_reward": bootstrap_mean([e.total_reward for e in episodes]).as_list(),
+        "mean_turns": bootstrap_mean([float(e.num_steps) for e in episodes]).as_list(),
+        "invalid_rate": list(wilson(sum(e.invalid_actions for e in episodes), steps)),
+    }
+    out: dict[str, Any] = {}
+    for key in _REPORT_KEYS:
+        name = _REPORT_NAMES.get(key, key)
+        out[name] = point[key]
+        if key in intervals:
+            out[f"{name}_ci95"] = intervals[key]
     outcomes = TaskOutcomes([e.seed for e in episodes], [bool(e.won) for e in episodes],
                             [float(e.total_reward) for e in episodes])
-    return {
-        "episodes": n,
-        "success": wins / n if n else 0.0,
-        "success_ci95": list(wilson(wins, n)),
-        "mean_reward": reward.estimate,
-        "mean_reward_ci95": reward.as_list(),
-        "mean_turns": turns.estimate,
-        "mean_turns_ci95": turns.as_list(),
-        "invalid_action_rate": invalid / steps if steps else 0.0,
-        "invalid_action_rate_ci95": list(wilson(invalid, steps)),
-        "truncated": sum(e.truncated for e in episodes) / n if n else 0.0,
-        "outcomes": asdict(outcomes),
-    }
+    return {**out, "outcomes": asdict(outcomes)}
 
 
 def resolve_tasks(spec: str) -> list[str]:

@@ -25,6 +25,7 @@ from eppo_train.policy.agents import Action, Agent, TurnState, as_agent
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.chat import ChatFormat
 from eppo_train.records import Sample
+from eppo_train.stats import episode_stats
 from eppo_train.ticks import RolloutTick, notify
 
 
@@ -273,23 +274,6 @@ def _samples(live: _Live) -> list[Sample]:
                           meta={**meta, "step_reward": rewards[i], "action_valid": valid[i],
                                 "observation_hash": live.obs_hashes[i]}))
     return out
-
-
-def episode_stats(episodes: Sequence[Episode]) -> dict[str, float]:
-    """The per-task numbers of a set of episodes, the one definition the rollout stats and the trainer's metrics
-    share: success and truncation rates, mean reward and turns, invalid actions per step, tokens per response."""
-    n = max(len(episodes), 1)
-    steps = sum(e.num_steps for e in episodes)
-    lengths = [t.info.get("response_tokens", 0) for e in episodes for t in e.turns]
-    return {
-        "episodes": len(episodes),
-        "success": sum(e.won for e in episodes) / n,
-        "mean_reward": sum(e.total_reward for e in episodes) / n,
-        "mean_turns": steps / n,
-        "invalid_rate": sum(e.invalid_actions for e in episodes) / max(1, steps),
-        "truncated": sum(e.truncated for e in episodes) / n,
-        "response_length": sum(lengths) / max(len(lengths), 1),
-    }
 
 
 def _stats(lives: list[_Live], samples: list[Sample], gen_s: float, env_s: float, wall: float) -> dict[str, Any]:

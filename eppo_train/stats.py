@@ -1,4 +1,9 @@
-"""The project's one home for interval statistics: evaluation reports, `summary.md` and studies all call these.
+"""The project's one home for statistics: evaluation reports, `summary.md`, studies, the rollout and the trainer's
+metrics all call these.
+
+- `episode_stats`: the per-task figures of a set of episodes (success, mean reward and turns, invalid actions,
+  truncation, response length), under one set of names; each report keeps its own names for them (metrics.jsonl
+  says `reward` and `turns`, evaluation reports `invalid_action_rate`) by renaming, never by counting again.
 
 - `wilson`: a 95 % interval for a success rate. Unlike the normal approximation it stays inside [0, 1] and is
   not degenerate at 0/n or n/n.
@@ -109,3 +114,21 @@ def stratified_bootstrap_mean(groups: Sequence[Sequence[float]], level: float = 
         means += x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     lo, hi = _percentile(means / len(xs), level)
     return Interval(m, lo, hi)
+
+
+def episode_stats(episodes: Sequence) -> dict[str, float]:
+    """The per-task numbers of a set of `eppo_envs` Episode records, the one definition the rollout stats, the
+    trainer's metrics and evaluation reports share: success and truncation rates, mean reward and turns, invalid
+    actions per step, tokens per response (0 for each over no episodes)."""
+    n = max(len(episodes), 1)
+    steps = sum(e.num_steps for e in episodes)
+    lengths = [t.info.get("response_tokens", 0) for e in episodes for t in e.turns]
+    return {
+        "episodes": len(episodes),
+        "success": sum(e.won for e in episodes) / n,
+        "mean_reward": sum(e.total_reward for e in episodes) / n,
+        "mean_turns": steps / n,
+        "invalid_rate": sum(e.invalid_actions for e in episodes) / max(1, steps),
+        "truncated": sum(e.truncated for e in episodes) / n,
+        "response_length": sum(lengths) / max(len(lengths), 1),
+    }

@@ -2,7 +2,7 @@
 
 `build(SomeDataclass, {"a": 1}, "algo.options")` checks every key and value against the dataclass's annotations
 and raises `ConfigError` with one line naming the key. The run config (config.py) and every loss's or estimator's
-own options dataclass are built with it. `Registry` is a name -> entry table (losses, advantage estimators) with a
+own options dataclass are built with it. `Registry` is a name -> entry table (losses, advantage estimators, policy kinds) with a
 `register` call and a one-line error that lists the known names, the way `eppo_envs.register` adds a task.
 """
 

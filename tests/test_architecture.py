@@ -15,10 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("eppo_envs", "eppo_train")
 LAYERS = ("core", "tools")  # eppo_envs/<layer>: shared by every task, so it may know none of them
-# Circles another issue owns and is editing now (issue #14, tools/sandbox: `Sandbox.open` imports the session,
-# which imports the runner's process helpers). Listed so the rest of the tree is held to the rule; the test fails
-# once an entry no longer occurs, so it is removed together with the fix.
-KNOWN_CIRCLES = {frozenset({"eppo_envs.tools.sandbox.runner", "eppo_envs.tools.sandbox.session"})}
 
 
 def _module_name(path: Path) -> str:
@@ -130,11 +126,8 @@ def test_no_import_circle(graph, package):
     inner = {m: {d for d in deps if d.startswith(package + ".") and not m.startswith(d + ".")
                  and not d.startswith(m + ".")}
              for m, deps in graph.items() if m.startswith(package + ".")}
-    cycles = {frozenset(c) for c in _cycles(inner)}
-    new = cycles - KNOWN_CIRCLES
-    assert not new, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in new)
-    gone = {c for c in KNOWN_CIRCLES if next(iter(c)).startswith(package + ".")} - cycles
-    assert not gone, f"fixed, remove from KNOWN_CIRCLES: {sorted(map(sorted, gone))}"
+    cycles = _cycles(inner)
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
 def test_shared_layers_import_no_task(graph):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from eppo_train import bench
+from eppo_train.benchmarks import run as bench
 from eppo_train.benchmarks.common import SECTIONS, Unavailable, section
 
 
@@ -77,3 +77,19 @@ def test_rollout_section_runs_both_engines_on_the_default_model(tmp_path):
     for name in ("vllm: new tokens/s", "hf: new tokens/s", "vllm / hf new tokens/s (same run)",
                  "hf: share of the bf16 matmul rate"):
         assert name in names and names[name]["error"] is None and names[name]["value"] > 0, (name, names.get(name))
+
+
+def test_retriever_measures_the_functions_the_bench_section_calls():
+    # the retriever section once called a helper its workload module did not have (every row was an error)
+    from eppo_envs.benchmarks import retriever
+    from eppo_envs.tools.retriever import Document, make_retriever
+
+    docs = [Document(str(i), f"title {i}", f"word{i} shared text about item {i}") for i in range(20)]
+    queries = ["word3 item", "shared text", "title 7"]
+    result = retriever.measure("bm25s", docs, queries)
+    assert result.num_docs == 20 and result.num_queries == 3 and result.queries_per_s > 0
+    index = make_retriever("bm25s")
+    index.index(docs)
+    latencies, wall = retriever.time_queries(index, queries)
+    assert len(latencies) == 3 and wall >= sum(latencies) > 0
+    assert callable(retriever.wordnet_workload)

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from eppo_train.eval import main
-from eppo_train.policy.factory import latest_checkpoint
+from eppo_train.policy.factory import newest_model_folder
 from eppo_train.policy.models import tiny_model_dir
 
 TASK = ["--tasks", "guess_number", "--import", "eppo_envs.example.guess_number", "--no-progress"]
@@ -57,12 +57,12 @@ def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
 
 
 def test_latest_finds_the_newest_checkpoint(tmp_path):
-    assert latest_checkpoint(tmp_path / "runs") is None
+    assert newest_model_folder(tmp_path / "runs") is None
     older = tmp_path / "runs" / "a" / "checkpoints" / "step_1"
     newer = tmp_path / "runs" / "b" / "checkpoints" / "step_2"
     shutil.copytree(tiny_model_dir(), older)
     shutil.copytree(tiny_model_dir(), newer)
-    assert latest_checkpoint(tmp_path / "runs") == newer
+    assert newest_model_folder(tmp_path / "runs") == newer
 
 
 class _Endpoint(BaseHTTPRequestHandler):

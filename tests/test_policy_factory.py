@@ -38,3 +38,20 @@ def test_bad_names_are_one_clear_error(name, backend, message):
     with pytest.raises(PolicyNameError, match=message) as err:
         make_policy(name, backend)
     assert "\n" not in str(err.value)
+
+
+def test_a_new_policy_kind_is_one_registration(monkeypatch):
+    from eppo_train.policy.factory import POLICIES, PolicyKind
+
+    monkeypatch.setattr(POLICIES, "_entries", dict(POLICIES._entries))  # the registration ends with the test
+    seen = []
+
+    def build(arg, backend, opts):
+        seen.append((arg, backend, opts.batch_size))
+        return RandomAgent(seed=len(arg))
+
+    POLICIES.register("lucky", PolicyKind(build, "lucky:WORD"))
+    agent = make_policy("lucky:abc", "vllm", PolicyOptions(batch_size=3))
+    assert isinstance(agent, RandomAgent) and agent.seed == 3 and seen == [("abc", "vllm", 3)]
+    with pytest.raises(PolicyNameError, match=r"openai:URL, latest, expert, random, lucky:WORD or one of"):
+        make_policy("bogus")

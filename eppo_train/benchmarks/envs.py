@@ -42,7 +42,7 @@ def registered_envs() -> tuple[list[str], list[Figure]]:
 @section("envs", "env steps/s with the expert", "1-3 min")
 def bench_envs(ctx: BenchContext) -> list[Figure]:
     import eppo_envs
-    from eppo_envs.cli import run_expert
+    from eppo_envs.benchmarks.experts import run_expert
 
     env_ids, rows = registered_envs()
     env_ids = [e for e in env_ids if ctx.wants_env(e)]

@@ -11,14 +11,14 @@ from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, n
 
 @section("sandbox", "sandbox runs/s", "1 min")
 def bench_sandbox(ctx: BenchContext) -> list[Figure]:
-    bench = need_module("eppo_envs.tools.sandbox_bench", "the sandbox benchmark")
+    bench = need_module("eppo_envs.benchmarks.sandbox", "the sandbox benchmark")
     sandbox = need_module("eppo_envs.tools.sandbox", "the sandbox")
     box = sandbox.Sandbox()  # one sandbox for every figure: its setup is not what is timed
     rows: list[Figure] = []
     for snippet, full_runs in (("trivial", 40), ("100ms", 16)):
         runs = ctx.size(full_runs, 4)
         for workers in (1, 2):
-            how = f"python -m eppo_envs.tools.sandbox_bench --snippets {snippet} --workers {workers} --runs {runs}"
+            how = f"python -m eppo_envs.benchmarks.sandbox --snippets {snippet} --workers {workers} --runs {runs}"
             try:
                 results = [bench.measure(snippet, workers=workers, runs=runs, sandbox=box) for _ in range(ctx.reps())]
                 rows.append(figure("sandbox", f"{snippet} snippet, {workers} worker(s)",
@@ -31,7 +31,7 @@ def bench_sandbox(ctx: BenchContext) -> list[Figure]:
 
 @section("retriever", "retriever latency and queries/s", "1-2 min")
 def bench_retriever(ctx: BenchContext) -> list[Figure]:
-    bench = need_module("eppo_envs.searchqa.bench", "the retriever benchmark")
+    bench = need_module("eppo_envs.benchmarks.retriever", "the retriever benchmark")
     from eppo_envs.tools.retriever import make_retriever
 
     docs, questions = bench.wordnet_workload()

@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 
 from eppo_envs.tools.sandbox.backends import Launch
 from eppo_envs.tools.sandbox.config import Limits, RunResult
-from eppo_envs.tools.sandbox.runner import _classify, _Pid1, _Stream
+from eppo_envs.tools.sandbox.process import Pid1, Stream, classify
 
 MAX_REPLY_BYTES = 4 << 20  # one reply line longer than this ends the run (the parent will not buffer more)
 
@@ -45,8 +45,8 @@ class SandboxSession:
             start_new_session=True,
         )
         launch.close_child_ends()
-        self._streams = {self.proc.stdout: _Stream(limits.output_bytes), self.proc.stderr: _Stream(limits.output_bytes)}
-        self._pid1 = _Pid1(launch.info_fd)
+        self._streams = {self.proc.stdout: Stream(limits.output_bytes), self.proc.stderr: Stream(limits.output_bytes)}
+        self._pid1 = Pid1(launch.info_fd)
         self._sel = selectors.DefaultSelector()
         for pipe in self._streams:
             os.set_blocking(pipe.fileno(), False)
@@ -171,7 +171,7 @@ class SandboxSession:
         self._release.__exit__(None, None, None)
         stdout, out_cut = self._streams[self.proc.stdout].text()
         stderr, err_cut = self._streams[self.proc.stderr].text()
-        reason = _classify(returncode, stderr, self.timed_out, self.flooded, self._backend == "bwrap")
+        reason = classify(returncode, stderr, self.timed_out, self.flooded, self._backend == "bwrap")
         self._result = RunResult(
             stdout=stdout, stderr=stderr, exit_code=None if (self.timed_out or self.flooded) else returncode,
             reason=reason, wall_s=time.monotonic() - self.start, stdout_truncated=out_cut, stderr_truncated=err_cut,

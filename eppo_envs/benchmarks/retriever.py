@@ -1,18 +1,20 @@
-"""Retriever speed: build time, queries per second and median latency, per backend, on any documents.
+"""Retriever speed: build time, queries per second and median latency, per backend, on any documents; the standard
+workload is the searchqa task's >= 100k-document WordNet gloss corpus and its test questions.
 
-    from eppo_envs.tools.retriever_bench import measure
-    result = measure("bm25s", docs, queries)          # a BenchResult
+    from eppo_envs.benchmarks.retriever import measure, wordnet_workload
+    result = measure("bm25s", *wordnet_workload())    # a BenchResult
 
-The tools layer knows no task: the standard workload (the WordNet corpus of the searchqa task) and its command line
-live with that task, `python -m eppo_envs.searchqa.bench --backends bm25s lucene --queries 500`.
+    python -m eppo_envs.benchmarks.retriever --backends bm25s lucene --queries 500
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from eppo_envs.tools.retriever import Document, Retriever, make_retriever
 
@@ -51,3 +53,27 @@ def measure(backend: str, docs: Sequence[Document], queries: Sequence[str], k: i
     ordered = sorted(latencies)
     return BenchResult(backend, len(docs), len(queries), round(build_s, 2), round(len(queries) / total, 1),
                        round(statistics.median(ordered) * 1e3, 3), round(ordered[int(0.95 * (len(ordered) - 1))] * 1e3, 3))
+
+
+def wordnet_workload() -> tuple[list[Document], list[str]]:
+    """The WordNet gloss corpus's documents and its test questions."""
+    from eppo_envs.searchqa.corpus import built_corpus
+    from eppo_envs.searchqa.wordnet import build  # noqa: F401  (registers the corpus)
+
+    corpus = built_corpus("wordnet")
+    return corpus.documents(), [q.question for q in corpus.questions["test"]]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Retriever build time and query speed on the WordNet corpus")
+    parser.add_argument("--backends", nargs="+", default=["bm25s", "lucene"])
+    parser.add_argument("--queries", type=int, default=500)
+    args = parser.parse_args(argv)
+    docs, queries = wordnet_workload()
+    queries = queries[: args.queries]
+    for backend in args.backends:
+        print(json.dumps(asdict(measure(backend, docs, queries))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,8 @@
 """`make bench`: throughput of every moving part, each figure the median of several repetitions.
 
-    python -m eppo_train.bench                       # everything (~10-15 min on 2 cores)
-    python -m eppo_train.bench --quick --only envs,sandbox
-    python -m eppo_train.bench --list
+    python -m eppo_train.benchmarks                       # everything (~10-15 min on 2 cores)
+    python -m eppo_train.benchmarks --quick --only envs,sandbox
+    python -m eppo_train.benchmarks --list
 
 Sections are independent: one that cannot run (a module not built, an optional package missing, an error) becomes a
 row saying why, and the others still run. Results go to a rich table and to `bench/results.json` with the date and
@@ -132,7 +132,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     # Kept now: some env packages rewrite sys.argv when imported, and the load is what the bench starts under.
-    command = "python -m eppo_train.bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m eppo_train.benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if args.list:
         for sec in SECTIONS.values():

@@ -1,9 +1,9 @@
 """Sandbox throughput: runs per second for a named snippet with N parallel workers.
 
-    from eppo_envs.tools.sandbox_bench import measure
+    from eppo_envs.benchmarks.sandbox import measure
     measure("trivial", workers=2, runs=100)   # {'snippet': 'trivial', 'workers': 2, 'runs': 100, 'runs_per_s': ...}
 
-`python -m eppo_envs.tools.sandbox_bench` prints the table for the report (trivial and 100 ms, 1 and 2 workers).
+`python -m eppo_envs.benchmarks.sandbox` prints the table for the report (trivial and 100 ms, 1 and 2 workers).
 """
 
 from __future__ import annotations
