@@ -95,12 +95,7 @@ class Pipeline:
         if resume and self.state_path.exists():
             self.state = json.loads(self.state_path.read_text())
         self.progress = Progress(STAGES, [s.label for s in self.slots])
-        # One generation engine for all four generating stages (each start costs minutes on CPU); HF needs none.
-        self.engine: SharedEngine | None = None
-        if cfg.model.backend == "vllm" and not cfg.ray.enabled:
-            from eppo_train.actors import engine_spec
-
-            self.engine = SharedEngine(engine_spec(cfg))
+        self.engine = shared_engine(cfg)  # one engine for all four generating stages
 
     def _finish(self, stage: str, result: dict[str, Any]) -> None:
         self.state["done"][stage] = result
@@ -164,21 +159,38 @@ class Pipeline:
         return {**{k: v for k, v in info.items() if k != "losses"}, "model": str(out)}
 
     def _rl(self) -> dict[str, Any]:
-        from eppo_train.trainer import Trainer, latest_checkpoint
-
-        rl_dir = self.run_dir / "rl"
         model = self.model_after("sft")
         if self.cfg.run.iterations == 0:
             return {"model": model, "iterations": 0}
         cfg = replace(self.cfg, run=replace(self.cfg.run, out_dir=str(self.run_dir), name="rl", overwrite=True),
-                      model=replace(self.cfg.model, name=model), sft=replace(self.cfg.sft, steps=0))
-        resume = latest_checkpoint(rl_dir) is not None
-        with RLWatcher(rl_dir, cfg.run.iterations, self.progress), listen(self.progress.ticks("rollout episodes", 2)):
-            engine = self.engine.serving(model) if self.engine is not None else None
-            Trainer(cfg, resume=resume, engine=engine).run()
-        if self.engine is not None:
-            self.engine.weights_changed(None)  # the trainer pushed its own weights into it
-        return {"model": str(latest_checkpoint(rl_dir) / "model"), "iterations": cfg.run.iterations}
+                      model=replace(self.cfg.model, name=model))
+        return {"model": str(rl_stage(cfg, self.progress, self.engine)), "iterations": cfg.run.iterations}
+
+
+def shared_engine(cfg: Config) -> SharedEngine | None:
+    """One vLLM engine for every generating stage of a run (each start costs minutes on CPU); None where each
+    stage makes its own (HF needs no engine; Ray puts the generator in an actor)."""
+    if cfg.model.backend != "vllm" or cfg.ray.enabled:
+        return None
+    from eppo_train.actors import engine_spec
+
+    return SharedEngine(engine_spec(cfg))
+
+
+def rl_stage(cfg: Config, progress: Progress, engine: SharedEngine | None = None) -> Path:
+    """Train the run `cfg` names from `cfg.model.name` (resuming from its newest checkpoint; nothing to do when
+    it has every iteration), on `engine` when given; returns the final model folder. The pipeline's RL stage and
+    each study run."""
+    from eppo_train.trainer import Trainer, checkpoint_step, latest_checkpoint
+
+    rl_dir = cfg.run_dir
+    done = checkpoint_step(rl_dir)
+    if done < cfg.run.iterations:
+        with RLWatcher(rl_dir, cfg.run.iterations, progress), listen(progress.ticks("rollout episodes", 2)):
+            Trainer(cfg, resume=done > 0, engine=engine.serving(cfg.model.name) if engine else None).run()
+        if engine is not None:
+            engine.weights_changed(None)  # the trainer pushed its own weights into it
+    return latest_checkpoint(rl_dir) / "model"
 
 
 def default_run_dir(cfg: Config) -> Path:

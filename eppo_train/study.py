@@ -86,17 +86,8 @@ def run_config(cfg: Config, run: StudyRun, model: str, work: Path) -> Config:
         node[last] = value
     rc = from_dict(data)
     return replace(rc, run=replace(rc.run, out_dir=str(work / "runs"), name=run.name, seed=run.seed, overwrite=True),
-                   model=replace(rc.model, name=model), sft=replace(rc.sft, steps=0),
+                   model=replace(rc.model, name=model),
                    algo=replace(rc.algo, name=run.algo))
-
-
-def checkpoint_step(run_dir: Path) -> int:
-    """The iteration of the run's newest checkpoint (0: none, start afresh)."""
-    marker = run_dir / "latest"
-    if not marker.exists():
-        return 0
-    state = run_dir / "checkpoints" / marker.read_text().strip() / "trainer.json"
-    return int(json.loads(state.read_text())["step"]) if state.exists() else 0
 
 
 def pending_runs(plan: list[StudyRun], results: Path) -> list[StudyRun]:
@@ -139,25 +130,21 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
 
 
 def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: StudyPaths, command: str,
-            progress) -> Path:
+            progress, engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
     """Train (or resume) one run, evaluate its final model, write its result file; returns the file."""
     from eppo_train.metrics import read_metrics
-    from eppo_train.pipeline import evaluate_model
-    from eppo_train.progress import RLWatcher
+    from eppo_train.pipeline import evaluate_model, rl_stage
     from eppo_train.study_record import build_record, write_json_atomic
-    from eppo_train.trainer import Trainer
+    from eppo_train.trainer import checkpoint_step
 
     rc = run_config(cfg, run, model, paths.work)
     run_dir = rc.run_dir
     t0, load0 = time.time(), os.getloadavg()
     progress.start(run.name)
     resumed = checkpoint_step(run_dir)
-    if resumed < rc.run.iterations:
-        with RLWatcher(run_dir, rc.run.iterations, progress):
-            Trainer(rc, resume=resumed > 0).run()
+    final = rl_stage(rc, progress, engine)
     t1 = time.time()
-    latest = (run_dir / "latest").read_text().strip()
-    report = evaluate_model(rc, slots, str(run_dir / "checkpoints" / latest / "model"), progress)
+    report = evaluate_model(rc, slots, str(final), progress, engine)
     t2 = time.time()
     record = build_record(run, rc, start, read_metrics(run_dir), report, command=command, resumed_from=resumed,
                           started=t0, train_s=t1 - t0, eval_s=t2 - t1, load=(load0, os.getloadavg()))
@@ -184,11 +171,16 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         paths.work.mkdir(parents=True, exist_ok=True)
         slots = prepare_tasks(cfg)
         progress = Progress(["sft", *(r.name for r in todo)], [s.label for s in slots])
+        from eppo_train.pipeline import shared_engine
+
+        engine = shared_engine(cfg)  # one engine for every run's rollouts and evaluation (or None: hf, Ray)
         try:
             model, start = shared_start(cfg, slots, sft_dir, progress)
             for run in todo:
-                run_one(cfg, run, model, start, slots, paths, command, progress)
+                run_one(cfg, run, model, start, slots, paths, command, progress, engine)
         finally:
+            if engine is not None:
+                engine.close()
             progress.done(paths.results)  # also stops its heartbeat thread
     else:
         say("study: every run is done; rebuilding the report from the result files")

@@ -39,6 +39,13 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path if path.exists() else None
 
 
+def checkpoint_step(run_dir: Path) -> int:
+    """The iteration of the run's newest checkpoint (0: none, start afresh)."""
+    latest = latest_checkpoint(run_dir)
+    state = latest / "trainer.json" if latest is not None else None
+    return int(json.loads(state.read_text())["step"]) if state is not None and state.exists() else 0
+
+
 def check_run_dir(cfg: Config, resume: bool) -> None:
     """Raise `RunError` when the run directory cannot be used as asked (before any slow stage starts)."""
     run_dir = cfg.run_dir
