@@ -65,13 +65,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _hint_train(run_dir: Path, total: int) -> None:
     """Resume from the newest checkpoint; before the first one there is nothing to resume, so start over."""
     from eppo_train import interrupt
+    from eppo_train.trainer import latest_checkpoint
 
     def hint() -> str:
         metrics = run_dir / "metrics.jsonl"
         steps = metrics.read_text().count("\n") if metrics.exists() else 0
-        interrupt.set_where(0, f"{run_dir}, iteration {steps + 1}/{total}" if steps or (run_dir / "latest").exists()
+        saved = latest_checkpoint(run_dir) is not None
+        interrupt.set_where(0, f"{run_dir}, iteration {steps + 1}/{total}" if steps or saved
                             else f"{run_dir}, before the first iteration")
-        if (run_dir / "latest").exists():
+        if saved:
             return f"resume with: {PROG} --resume {shlex.quote(str(run_dir))}"
         return f"no checkpoint yet; start over with: {PROG} {shlex.join(_argv)} --set run.overwrite=true"
 

@@ -62,7 +62,7 @@ _METRIC_NAMES = {"mean_reward": "reward", "mean_turns": "turns"}
 
 
 def rollout_metrics(episodes, samples) -> dict[str, dict[str, float]]:
-    from eppo_train.rollout import episode_stats
+    from eppo_train.stats import episode_stats
 
     per: dict[str, dict[str, float]] = {}
     for task in sorted({e.task for e in episodes}):
