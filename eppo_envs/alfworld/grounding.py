@@ -44,6 +44,7 @@ def _modules() -> Any:
             normalize,
             options,
             pddl,
+            sccs,
             simplify,
             translate,
             variable_order,
@@ -52,7 +53,7 @@ def _modules() -> Any:
     finally:
         sys.argv[:] = saved
     return (fact_groups, instantiate, normalize, options, pddl, simplify, translate, variable_order, lisp_parser,
-            parsing_functions, axiom_rules)
+            parsing_functions, axiom_rules, sccs)
 
 
 class _Unsupported(Exception):

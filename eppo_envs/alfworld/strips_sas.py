@@ -19,6 +19,7 @@ against `fast_downward.pddl2sas`.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from itertools import product
 from typing import Any
 
 Key = tuple[str, tuple[str, ...]]  # a ground atom: (predicate, arguments)
@@ -258,27 +259,42 @@ class _Translator:
 
 def _variable_order(n: int, operators: list[Op], axioms: list, goal: list[tuple[int, int]], mods: Any) -> list[int]:
     """variable_order.CausalGraph(task).get_ordering(): the same weighted causal graph (pre -> eff edges, counted
-    as weight_graph_from_ops counts them; the order they are counted in does not matter), ordered by
-    fast_downward's own SCC and MaxDAG code."""
+    as weight_graph_from_ops and weight_graph_from_axioms count them; the order they are counted in does not
+    matter), ordered by fast_downward's own Tarjan (`sccs`) and `MaxDAG`."""
     variable_order = mods[7]
-    pairs: list[tuple[int, int]] = []
+    counts: Counter[tuple[int, int]] = Counter()
     for _, prevail, pre_post, _ in operators:
         sources = [var for var, _ in prevail] + [var for var, pre, _, _ in pre_post if pre != -1]
+        counts.update(product(sources, [target for target, _, _, _ in pre_post]))  # counted in C
         for target, _, _, cond in pre_post:
-            pairs += [(s, target) for s in sources if s != target]
-            pairs += [(s, target) for s, _ in cond if s != target]
+            if cond:
+                counts.update([(s, target) for s, _ in cond])
     for cond, (target, _) in axioms:  # weight_graph_from_axioms
-        pairs += [(s, target) for s, _ in cond if s != target]
+        counts.update([(s, target) for s, _ in cond])
+    goal_map = dict(goal)
     weighted: defaultdict[int, dict[int, int]] = defaultdict(dict)
-    for (source, target), weight in Counter(pairs).items():
-        weighted[source][target] = weight
-    graph = variable_order.CausalGraph.__new__(variable_order.CausalGraph)
-    graph.weighted_graph = weighted
-    graph.predecessor_graph = None  # only filter_unimportant_vars reads it
-    graph.ordering = []
-    graph.num_variables = n
-    graph.goal_map = dict(goal)
-    return graph.get_ordering()
+    for (source, target), weight in counts.items():
+        if source != target:
+            weighted[source][target] = weight
+    # CausalGraph.get_strongly_connected_components, then calculate_topological_pseudo_sort with a set for its
+    # "target in scc" test (a list scan there: quadratic in a large component); the same subgraphs, in the same order
+    sccs = mods[11].get_sccs_adjacency_list([sorted(weighted[var]) if var in weighted else [] for var in range(n)])
+    ordering: list[int] = []
+    for scc in sccs:
+        if len(scc) == 1:
+            ordering.append(scc[0])
+            continue
+        members = set(scc)
+        subgraph: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
+        for var in scc:
+            edges = subgraph[var]
+            for target, cost in sorted(weighted[var].items()):
+                if target in members:
+                    if target in goal_map:
+                        edges.append((target, 100000 + cost))
+                    edges.append((target, cost))
+        ordering.extend(variable_order.MaxDAG(subgraph, scc).get_result())
+    return ordering
 
 
 def translate(task: Any, order: list, mods: Any) -> str | None:
