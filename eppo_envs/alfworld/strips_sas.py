@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from itertools import product
+from operator import itemgetter
 from typing import Any
 
 Key = tuple[str, tuple[str, ...]]  # a ground atom: (predicate, arguments)
@@ -54,18 +55,29 @@ class _Generic(Exception):
     """This operator is fast_downward's to translate (a fluent effect condition, or what its code raises on)."""
 
 
-def _fluent_literals(literals: list, mapping: dict[str, str], var_of: dict[Key, int], init: set[Key]) -> list:
+def _fluent_literals(literals: list, ext: tuple[str, ...], var_of: dict[Key, int], init: set[Key]) -> list:
     """Literal.instantiate over a conjunction: the fluent literals as (negated, variable), `_Impossible` when a
-    static one is false."""
+    static one is false. Each literal's arguments are read from `ext` (the action's arguments, then its constants)."""
     out = []
-    for negated, pred, pattern in literals:
-        key = (pred, tuple([mapping.get(a, a) for a in pattern]))
+    for negated, pred, getter in literals:
+        key = (pred, getter(ext))
         var = var_of.get(key)
         if var is not None:
             out.append((negated, var))
         elif (key in init) == negated:
             raise _Impossible
     return out
+
+
+def _getter(pattern: tuple[str, ...], index: dict[str, int]) -> Any:
+    """A function of `ext` giving the pattern's ground arguments (what `mapping.get(a, a)` per argument gives)."""
+    positions = tuple(index[a] for a in pattern)
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    if positions:
+        i = positions[0]
+        return lambda ext: (ext[i],)
+    return lambda ext: ()
 
 
 def _binary_condition(literals: list[tuple[bool, int]]) -> dict[int, int] | None:
@@ -126,6 +138,8 @@ class _Translator:
         self._generic: tuple | None = None
 
     def _plan(self, action: Any) -> tuple | None:
+        """The action's literals with argument getters over ext = (its arguments, then the constants its literals
+        name), and its cost when it does not depend on the arguments; None: fast_downward's code grounds it."""
         pddl = self.mods[4]
         pre = conjunction_literals(action.precondition, pddl)
         effects = []
@@ -134,38 +148,59 @@ class _Translator:
             if eff.parameters or cond is None or not isinstance(eff.literal, pddl.Literal):
                 return None
             effects.append((cond, (eff.literal.negated, eff.literal.predicate, tuple(eff.literal.args))))
-        return None if pre is None else (pre, effects)
+        if pre is None:
+            return None
+        index = {par.name: i for i, par in enumerate(action.parameters)}
+        constants: list[str] = []
+        for _, _, pattern in pre + [lit for cond, eff in effects for lit in (*cond, eff)]:
+            for a in pattern:
+                if a not in index:  # a constant (or a name mapping.get leaves as it is)
+                    index[a] = len(index)
+                    constants.append(a)
+
+        def compiled(literals: list) -> list:
+            return [(negated, pred, _getter(pattern, index)) for negated, pred, pattern in literals]
+
+        cost = None
+        if not self.task.use_min_cost_metric:
+            cost = 1
+        elif action.cost is None:
+            cost = 0
+        elif isinstance(action.cost.expression, pddl.NumericConstant):
+            cost = action.cost.expression.value  # FunctionAssignment.instantiate leaves a constant as it is
+        return (compiled(pre), [(compiled(cond), compiled([eff])[0]) for cond, eff in effects], tuple(constants),
+                len(action.parameters), cost)
 
     def operator(self, action: Any, args: tuple[str, ...]) -> list[Op]:
         """translate_strips_operator(action.instantiate(...)) for one reachable action atom: [] or [op] (or what
         fast_downward's code makes of it)."""
-        mapping = {par.name: arg for par, arg in zip(action.parameters, args, strict=False)}
         plan = self.plans[action]
         try:
-            if plan is None:
+            if plan is None or len(args) != plan[3]:
                 raise _Generic
-            return self._unconditional(action, plan, mapping)
+            return self._unconditional(action, plan, args)
         except _Impossible:
             return []
         except _Generic:
-            return self._fast_downwards(action, mapping)
+            return self._fast_downwards(action, {p.name: a for p, a in zip(action.parameters, args, strict=False)})
 
-    def _unconditional(self, action: Any, plan: tuple, mapping: dict[str, str]) -> list[Op]:
-        pre, effs = plan
+    def _unconditional(self, action: Any, plan: tuple, args: tuple[str, ...]) -> list[Op]:
+        pre, effs, constants, _, cost = plan
+        ext = args + constants
         var_of, init = self.var_of, self.init
-        precondition = _fluent_literals(pre, mapping, var_of, init)  # Action.instantiate: None if impossible
+        precondition = _fluent_literals(pre, ext, var_of, init)  # Action.instantiate: None if impossible
         if self.derived and any(var in self.derived for _, var in precondition):
             raise _Generic  # axiom_rules.handle_axioms reads such a precondition from the PropositionalAction
         adds: dict[int, None] = {}
         dels: dict[int, None] = {}
-        for cond, (negated, pred, pattern) in effs:
+        for cond, (negated, pred, getter) in effs:
             if cond:
                 try:
-                    if _fluent_literals(cond, mapping, var_of, init):
+                    if _fluent_literals(cond, ext, var_of, init):
                         raise _Generic  # a fluent effect condition
                 except _Impossible:
                     continue  # a statically false effect condition: Effect.instantiate drops the effect
-            key = (pred, tuple([mapping.get(a, a) for a in pattern]))
+            key = (pred, getter(ext))
             var = var_of.get(key)
             if var is None:
                 if (key in init) == negated:
@@ -195,16 +230,11 @@ class _Translator:
             return []  # a no-op
         for var, *_ in pre_post:
             condition.pop(var, None)
-        arg_list = [mapping[par.name] for par in action.parameters[:action.num_external_parameters]]
-        return [(f"({action.name} {' '.join(arg_list)})", sorted(condition.items()), sorted(pre_post),
-                 self._cost(action, mapping))]
-
-    def _cost(self, action: Any, mapping: dict[str, str]) -> int:
-        if not self.task.use_min_cost_metric:
-            return 1
-        if action.cost is None:
-            return 0
-        return int(action.cost.instantiate(mapping, self.init_assignments).expression.value)
+        if cost is None:
+            mapping = {par.name: arg for par, arg in zip(action.parameters, args, strict=True)}
+            cost = int(action.cost.instantiate(mapping, self.init_assignments).expression.value)
+        return [(f"({action.name} {' '.join(args[:action.num_external_parameters])})", sorted(condition.items()),
+                 sorted(pre_post), cost)]
 
     def _fast_downwards(self, action: Any, mapping: dict[str, str]) -> list[Op]:
         """fast_downward's own Action.instantiate and translate_strips_operator, on the same variables."""
