@@ -9,7 +9,9 @@ is joined through hash indexes chosen once per (rule, triggering condition). The
 does not depend on the evaluation order, and everything downstream of the model sorts what it emits (operators,
 axioms, variables), so the SAS text is byte-identical; `tests/test_alfworld_grounding.py` checks it against
 `fast_downward.pddl2sas` on games of every task type. Anything the engine does not handle (a free effect variable)
-falls back to fast_downward's own exploration.
+falls back to fast_downward's own exploration. After the exploration, `strips_sas` makes the SAS text directly where
+the unoptimised options allow (every ALFWorld game); otherwise fast_downward's stages run on this module's
+grounding.
 """
 
 from __future__ import annotations
