@@ -9,7 +9,9 @@ is joined through hash indexes chosen once per (rule, triggering condition). The
 does not depend on the evaluation order, and everything downstream of the model sorts what it emits (operators,
 axioms, variables), so the SAS text is byte-identical; `tests/test_alfworld_grounding.py` checks it against
 `fast_downward.pddl2sas` on games of every task type. Anything the engine does not handle (a free effect variable)
-falls back to fast_downward's own exploration.
+falls back to fast_downward's own exploration. After the exploration, `strips_sas` makes the SAS text directly where
+the unoptimised options allow (every ALFWorld game); otherwise fast_downward's stages run on this module's
+grounding.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from typing import Any
 
 import fast_downward  # noqa: F401  (puts its translate package in place)
 
+from eppo_envs.alfworld import strips_sas
+from eppo_envs.alfworld.strips_sas import conjunction_literals
+
 __all__ = ["clear_compiled", "paused_gc", "pddl2sas"]
 
 _ARGV = ["translate.py", "domain", "task"]
@@ -35,11 +40,13 @@ def _modules() -> Any:
     sys.argv[:] = _ARGV
     try:
         from fast_downward.translate import (
+            axiom_rules,
             fact_groups,
             instantiate,
             normalize,
             options,
             pddl,
+            sccs,
             simplify,
             translate,
             variable_order,
@@ -48,7 +55,7 @@ def _modules() -> Any:
     finally:
         sys.argv[:] = saved
     return (fact_groups, instantiate, normalize, options, pddl, simplify, translate, variable_order, lisp_parser,
-            parsing_functions)
+            parsing_functions, axiom_rules, sccs)
 
 
 class _Unsupported(Exception):
@@ -193,8 +200,8 @@ class _Model:
                 trigger(args)
 
 
-def explore(task: Any, mods: Any) -> tuple:
-    """What `instantiate.explore(task)` returns, with the model computed by `_Model`."""
+def exploration_order(task: Any, mods: Any) -> list[tuple[Any, tuple[str, ...]]]:
+    """The least model of the exploration rules, atoms as (predicate, args) in the order they were found."""
     _, instantiate, normalize, _, pddl, *_ = mods
     rules: list[_Rule] = []
     for conditions, effect in normalize.build_exploration_rules(task):
@@ -209,18 +216,12 @@ def explore(task: Any, mods: Any) -> tuple:
         if isinstance(fact, pddl.Atom):
             model.add(fact.predicate, tuple(fact.args))
     model.run()
-    return _instantiate(task, model.order, mods)
+    return model.order
 
 
-def _literals(condition: Any, pddl: Any) -> list[tuple[bool, str, tuple[str, ...]]] | None:
-    """A normalised condition as (negated, predicate, argument pattern) literals; None if it is not a conjunction
-    of literals."""
-    if isinstance(condition, pddl.Truth):
-        return []
-    parts = condition.parts if isinstance(condition, pddl.Conjunction) else (condition,)
-    if not all(isinstance(p, pddl.Literal) for p in parts):
-        return None
-    return [(p.negated, p.predicate, tuple(p.args)) for p in parts]
+def explore(task: Any, mods: Any, order: list | None = None) -> tuple:
+    """What `instantiate.explore(task)` returns, with the model computed by `_Model`."""
+    return _instantiate(task, exploration_order(task, mods) if order is None else order, mods)
 
 
 class _Impossible(Exception):
@@ -258,10 +259,10 @@ def _instantiate(task: Any, order: list[tuple[Any, tuple[str, ...]]], mods: Any)
     type_to_objects = instantiate.get_objects_by_type(task.objects, task.types)
     plans: dict[Any, Any] = {}
     for action in task.actions:
-        pre = _literals(action.precondition, pddl)
+        pre = conjunction_literals(action.precondition, pddl)
         effects = []
         for eff in action.effects:
-            cond = _literals(eff.condition, pddl)
+            cond = conjunction_literals(eff.condition, pddl)
             if eff.parameters or cond is None or not isinstance(eff.literal, pddl.Literal):
                 effects = None
                 break
@@ -327,11 +328,11 @@ def _ground_action(action: Any, plan: Any, mapping: dict[str, str], fluent: set,
     return pddl.PropositionalAction(f"({action.name} {' '.join(arg_list)})", precondition, effects, cost)
 
 
-def pddl_to_sas(task: Any, mods: Any) -> Any:
+def pddl_to_sas(task: Any, mods: Any, order: list | None = None) -> Any:
     """translate.pddl_to_sas with `explore` above (the stages after it are fast_downward's, in its order)."""
     fact_groups, _, _, options, pddl, simplify, translate, variable_order, *_ = mods
     try:
-        relaxed_reachable, atoms, actions, axioms, reachable_action_params = explore(task, mods)
+        relaxed_reachable, atoms, actions, axioms, reachable_action_params = explore(task, mods, order)
     except _Unsupported:
         from fast_downward.translate import instantiate
         relaxed_reachable, atoms, actions, axioms, reachable_action_params = instantiate.explore(task)
@@ -364,8 +365,9 @@ def pddl_to_sas(task: Any, mods: Any) -> Any:
     return sas_task
 
 
-def pddl2sas(domain: str, problem: str) -> tuple[Any, str]:
-    """(the parsed task, the SAS text), as `fast_downward.pddl2sas(domain, problem, optimize=False)` returns."""
+def pddl2sas(domain: str, problem: str, fast_stages: bool = True) -> tuple[Any, str]:
+    """(the parsed task, the SAS text), as `fast_downward.pddl2sas(domain, problem, optimize=False)` returns.
+    `fast_stages`: the stages after the exploration by `strips_sas` where it applies (False: fast_downward's)."""
     mods = _modules()
     options = mods[3]
     # the option values fast_downward.interface.pddl2sas sets for an unoptimised translation
@@ -376,8 +378,7 @@ def pddl2sas(domain: str, problem: str) -> tuple[Any, str]:
     options.add_implied_preconditions = False
     options.invariant_generation_max_candidates = 0
     with paused_gc(), contextlib.redirect_stdout(io.StringIO()):  # the translator reports its stages on stdout
-        task, sas_task = _translate(domain, problem, mods)
-    return task, sas_text(sas_task)
+        return _translate(domain, problem, mods, fast_stages)
 
 
 @contextlib.contextmanager
@@ -394,12 +395,20 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _translate(domain: str, problem: str, mods: Any) -> tuple[Any, Any]:
+def _translate(domain: str, problem: str, mods: Any, fast_stages: bool) -> tuple[Any, str]:
     normalize, lisp_parser, parsing_functions = mods[2], mods[8], mods[9]
     task = parsing_functions.parse_task(lisp_parser.parse_nested_list(domain.split("\n")),
                                         lisp_parser.parse_nested_list(problem.split("\n")))
     normalize.normalize(task)
-    return task, pddl_to_sas(task, mods)
+    try:
+        order = exploration_order(task, mods)
+    except _Unsupported:
+        return task, sas_text(pddl_to_sas(task, mods))  # fast_downward's exploration
+    if fast_stages:
+        text = strips_sas.translate(task, order, mods)
+        if text is not None:
+            return task, text
+    return task, sas_text(pddl_to_sas(task, mods, order))
 
 
 def sas_text(sas: Any) -> str:
