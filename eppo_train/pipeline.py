@@ -188,8 +188,6 @@ def rl_stage(cfg: Config, progress: Progress, engine: SharedEngine | None = None
     if done < cfg.run.iterations:
         with RLWatcher(rl_dir, cfg.run.iterations, progress), listen(progress.ticks("rollout episodes", 2)):
             Trainer(cfg, resume=done > 0, engine=engine.serving(cfg.model.name) if engine else None).run()
-        if engine is not None:
-            engine.weights_changed(None)  # the trainer pushed its own weights into it
     return latest_checkpoint(rl_dir) / "model"
 
 

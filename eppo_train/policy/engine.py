@@ -90,11 +90,7 @@ class SharedEngine:
         elif model != self.model:
             self.engine.update_weights(folder_weights(model))  # vLLM also drops its prefix cache here
         self.model = model
-        return Borrowed(self.engine)
-
-    def weights_changed(self, model: str | None = None) -> None:
-        """Someone else (the trainer) pushed weights: the engine now holds `model`, or an unnamed state."""
-        self.model = model
+        return Borrowed(self)
 
     def close(self) -> None:
         if self.engine is not None:
@@ -105,16 +101,18 @@ class SharedEngine:
 class Borrowed(PolicyBackend):
     """A stage's handle on a shared engine: everything passes through except `close` (the owner's job)."""
 
-    def __init__(self, engine: PolicyBackend) -> None:
-        self.engine = engine
-        self.tokenizer = engine.tokenizer
-        self.name = getattr(engine, "name", type(engine).__name__)
+    def __init__(self, owner: SharedEngine) -> None:
+        self.owner, self.engine = owner, owner.engine
+        self.tokenizer = self.engine.tokenizer
+        self.name = getattr(self.engine, "name", type(self.engine).__name__)
 
     def generate(self, prompts, params, budgets=None):  # noqa: ANN001, ANN201  (PolicyBackend's signature)
         return self.engine.generate(prompts, params, budgets=budgets)
 
     def update_weights(self, state_dict) -> None:  # noqa: ANN001
+        """A stage's own push (the trainer's, every iteration): the engine no longer holds a named model."""
         self.engine.update_weights(state_dict)
+        self.owner.model = None
 
     def close(self) -> None:
         """Nothing: the shared engine outlives the stage."""
