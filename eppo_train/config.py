@@ -68,6 +68,9 @@ class SftConfig:
     train_top_layers: int = 0  # >0: only the top N decoder layers
     micro_batch_tokens: int = 4096
     max_reply_tokens: int = 256  # an expert reply is cut at this many tokens
+    # a config (name or path) whose tasks and rollout settings the demonstrations come from, instead of this
+    # config's own: the study warms up exactly as the pipeline does, on its five tasks, then trains on a subset
+    tasks_from: str = ""
 
 
 @dataclass

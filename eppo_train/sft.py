@@ -157,8 +157,10 @@ def train_sft(model, samples: list[Sample], steps: int, lr: float, batch_size: i
 
 # ---------------------------------------------------------------------------- the stage
 def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
-    s = cfg.sft
-    key = json.dumps([cfg.model.name, to_dict(s), cfg.run.seed, to_dict(cfg.rollout),
+    s = to_dict(cfg.sft)
+    if not s.get("tasks_from"):
+        s.pop("tasks_from", None)  # unset: the key of every setting cached before the field existed
+    key = json.dumps([cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout),
                       [to_dict(x.cfg) for x in slots]], sort_keys=True, default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
@@ -198,10 +200,24 @@ def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool=None, on_step: C
     return info
 
 
+def sft_source(cfg: Config, slots) -> tuple[Config, list]:
+    """The config and task slots the shared warm start is built from: `cfg` itself, or with `sft.tasks_from` that
+    config's tasks and rollout settings (the pipeline's five tasks) under this config's model and `sft` section."""
+    from eppo_train.config import load_config
+
+    if not cfg.sft.tasks_from:
+        return replace(cfg, run=replace(cfg.run, seed=0)), slots
+    base = load_config(cfg.sft.tasks_from)
+    src = replace(base, model=cfg.model, sft=replace(cfg.sft, tasks_from=""), run=replace(base.run, seed=0))
+    return src, prepare_tasks(src)
+
+
 def sft_model(cfg: Config, slots: list[TaskSlot]) -> str:
     """The SFT model for this config (built once per setting in the cache); its folder."""
     from eppo_envs.core.cache import cached_dir
 
+    if cfg.sft.tasks_from:
+        cfg, slots = sft_source(cfg, slots)
     return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out)))
 
 

@@ -63,11 +63,12 @@ class StudyPaths:
 
 
 def make_plan(algos: list[str], seeds: int, ablations: list[str], ablation_seeds: int) -> list[StudyRun]:
-    """Every loss at seeds 0..seeds-1, then every named ablation (an EPPO variant) at 0..ablation_seeds-1."""
+    """Every loss at seed 0, then at seed 1, ... up to seeds-1, then every named ablation (an EPPO variant) at 0..ablation_seeds-1."""
     unknown = [a for a in ablations if a not in ABLATIONS]
     if unknown:
         raise ConfigError(f"--ablations: unknown ablation {unknown[0]!r} (known: {', '.join(ABLATIONS)})")
-    runs = [StudyRun(a, a, s) for a in algos for s in range(seeds)]
+    # seed-major: a study stopped part-way has every loss at the first seeds rather than one loss at all seeds
+    runs = [StudyRun(a, a, s) for s in range(seeds) for a in algos]
     runs += [StudyRun(a, "eppo", s, ABLATIONS[a]) for a in ablations for s in range(ablation_seeds)]
     return runs
 
@@ -111,19 +112,20 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
         model, how = sft_dir, "given with --sft"
     elif cfg.sft.steps > 0:
         from eppo_envs.core.cache import cached_dir
-        from eppo_train.sft import run_sft, sft_key
+        from eppo_train.sft import run_sft, sft_key, sft_source
         from eppo_train.ticks import listen
 
         progress.start("sft")
         # seed 0 for every run: the warm start is shared, only RL differs between seeds. The folder is the one
         # sft.sft_model caches this setting in, built here with per-step progress lines.
-        sft_cfg = replace(cfg, run=replace(cfg.run, seed=0))
+        sft_cfg, sft_slots = sft_source(cfg, slots)
         steps = sft_cfg.sft.steps
         with listen(progress.ticks("expert demo episodes")):
-            model = str(cached_dir(f"models/sft-{sft_key(sft_cfg, slots)}", lambda out: run_sft(
-                sft_cfg, slots, out, on_step=lambda i, loss: progress.sft_step(i, steps, loss))))
+            model = str(cached_dir(f"models/sft-{sft_key(sft_cfg, sft_slots)}", lambda out: run_sft(
+                sft_cfg, sft_slots, out, on_step=lambda i, loss: progress.sft_step(i, steps, loss))))
         progress.finish("sft", None)
-        how = f"sft.steps={cfg.sft.steps} on {cfg.sft.episodes} expert episodes per task (cached)"
+        how = (f"sft.steps={cfg.sft.steps} on {cfg.sft.episodes} expert episodes per task of "
+               f"{', '.join(s.label for s in sft_slots)} (cached)")
     else:
         model, how = cfg.model.name, "no SFT (sft.steps=0)"
     return model, {"base_model": cfg.model.name, "model": model, "how": how, **model_fingerprint(model)}
@@ -154,6 +156,24 @@ def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: S
     return path
 
 
+def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPaths, command: str, progress,
+                   engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
+    """The start model on the same evaluation set (`start-model.json`, once): what every run's RL adds to it."""
+    from eppo_train.pipeline import evaluate_model
+    from eppo_train.study_record import START_FILE, start_record, write_json_atomic
+
+    path = paths.results / START_FILE
+    if path.exists():
+        return path
+    t0, load0 = time.time(), os.getloadavg()
+    progress.start("start model")
+    report = evaluate_model(cfg, slots, model, progress, engine)
+    write_json_atomic(path, start_record(start, report, command=command, started=t0, eval_s=time.time() - t0,
+                                         load=(load0, os.getloadavg())))
+    progress.finish("start model", report["tasks"])
+    return path
+
+
 def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str, sft_dir: str | None = None,
               say=print) -> Path:
     """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
@@ -170,12 +190,13 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         say(f"study: to run now: {', '.join(r.name for r in todo)}")
         paths.work.mkdir(parents=True, exist_ok=True)
         slots = prepare_tasks(cfg)
-        progress = Progress(["sft", *(r.name for r in todo)], [s.label for s in slots])
+        progress = Progress(["sft", "start model", *(r.name for r in todo)], [s.label for s in slots])
         from eppo_train.pipeline import shared_engine
 
         engine = shared_engine(cfg)  # one engine for every run's rollouts and evaluation (or None: hf, Ray)
         try:
             model, start = shared_start(cfg, slots, sft_dir, progress)
+            evaluate_start(cfg, model, start, slots, paths, command, progress, engine)
             for run in todo:
                 run_one(cfg, run, model, start, slots, paths, command, progress, engine)
         finally:

@@ -86,12 +86,38 @@ def build_record(run, cfg: Config, start: dict, metrics: list[dict], report: dic
         "iterations": iterations,
         "crossovers": sum(len(i["crossovers"]) for i in iterations),
         "spikes": sum(len(i["spikes"]) for i in iterations),
-        "evaluation": {
-            "episodes_per_task": report["episodes_per_task"],
-            "seconds": report.get("seconds"),
-            "tasks": {t: {k: v[k] for k in EVAL_KEYS if k in v} for t, v in report["tasks"].items()},
-        },
+        "evaluation": _evaluation(report),
     }
+
+
+START_FILE = "start-model.json"  # the start model's evaluation: not a run, the baseline every run is paired with
+
+
+def _evaluation(report: dict) -> dict[str, Any]:
+    return {
+        "episodes_per_task": report["episodes_per_task"],
+        "seconds": report.get("seconds"),
+        "tasks": {t: {k: v[k] for k in EVAL_KEYS if k in v} for t, v in report["tasks"].items()},
+    }
+
+
+def start_record(start: dict, report: dict, *, command: str, started: float, eval_s: float,
+                 load: tuple[tuple[float, ...], tuple[float, ...]]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "name": "start-model",
+        "command": command,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "eval_seconds": round(eval_s, 1),
+        "load": {"start": [round(x, 2) for x in load[0]], "end": [round(x, 2) for x in load[1]]},
+        "start_model": start,
+        "evaluation": _evaluation(report),
+    }
+
+
+def load_start(results: Path) -> dict | None:
+    path = Path(results) / START_FILE
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -110,7 +136,7 @@ def load_results(results: Path) -> list[dict]:
     """Every `<name>.json` result file in `results` (plan.json aside), sorted by name."""
     out = []
     for path in sorted(Path(results).glob("*.json")):
-        if path.name == "plan.json":
+        if path.name in ("plan.json", START_FILE):
             continue
         try:
             data = json.loads(path.read_text())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from eppo_train.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff
 from eppo_train.study_plots import entropy_figure, eps_figure, success_figure
-from eppo_train.study_record import ResultError, load_plan, load_results
+from eppo_train.study_record import START_FILE, ResultError, load_plan, load_results, load_start
 
 MAIN_LOSSES = ("grpo", "dapo", "eppo", "clip_cov", "kl_cov")
 REQUIRED = ("grpo", "dapo", "eppo", "clip_cov")  # the acceptance bar: >= 3 seeds each
@@ -153,6 +153,31 @@ def _paired_table(base_name: str, base: list[dict], others: dict[str, list[dict]
     return [*lines, ""], found
 
 
+def _start_rows(start: dict, tasks: list[str]) -> list[str]:
+    """The start model's row for the success table (one evaluation: no spread, no training events)."""
+    cells = [f"{_success(start, t):.2f}" if t in start["evaluation"]["tasks"] else "–" for t in tasks]
+    mean = _mean_success(start, tasks) if all(t in start["evaluation"]["tasks"] for t in tasks) else float("nan")
+    return ["| start model (before RL) | – | " + " | ".join(cells) + f" | **{mean:.2f}** | – | – |"]
+
+
+def _gain_table(start: dict, groups: dict[str, list[dict]], tasks: list[str]) -> list[str]:
+    """What RL added: every run against the start model on the same instances (the start's outcomes paired with
+    each seed's), through the same paired bootstrap as the comparison with grpo."""
+    as_base = {g: [dict(start, seed=r["seed"]) for r in runs] for g, runs in groups.items()}
+    lines, head = [], ["run group", "seeds", "mean − start [95%]", *tasks, "per seed"]
+    lines = ["## What RL added: each loss against the start model (same instances)", "",
+             "| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * (len(tasks) + 1)]
+    for g, runs in groups.items():
+        p = paired(as_base[g], runs, tasks)
+        if p is None:
+            continue
+        cells = [p.per_task[t].fmt(2, signed=True) if t in p.per_task else "instances differ" for t in tasks]
+        seeds = " ".join(f"{s}: {d:+.2f}" for s, d in p.per_seed.items())
+        lines.append(f"| {g} | {len(p.seeds)} | **{p.overall.fmt(2, signed=True)}** | " + " | ".join(cells)
+                     + f" | {seeds} |")
+    return [*lines, ""]
+
+
 def _events_table(results: list[dict], cfg: dict) -> list[str]:
     pc = cfg["pacing"]
     lines = [
@@ -256,7 +281,16 @@ def write_report(results_dir: Path, report: Path) -> Path:
         main = {g: groups[g] for g in MAIN_LOSSES if g in groups}  # in the losses' order, grpo first
         ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
         text += _setup(results, tasks)
-        text += _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
+        table = _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
+        start = load_start(results_dir)
+        if start is not None:
+            table[-1:-1] = _start_rows(start, tasks)
+        text += table
+        if start is not None:
+            text += _gain_table(start, main, tasks)
+        else:
+            text += [f"(No `{START_FILE}`: the start model has not been evaluated, so what RL added is not shown.)",
+                     ""]
         rivals = {g: rs for g, rs in main.items() if g != "grpo"}
         if "grpo" in groups and rivals:
             lines, vs_grpo = _paired_table("grpo", groups["grpo"], rivals, tasks,

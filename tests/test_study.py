@@ -43,8 +43,11 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
             assert out["seeds"] == [0, 1] and len(out["won"]) == 2
         assert rec["training_episodes"] == 2 * 2 * 2 and rec["wall_seconds"] > 0 and len(rec["load"]["start"]) == 3
     assert json.loads((paths.results / "plan.json").read_text())["runs"][1]["name"] == "eppo-seed0"
+    start = json.loads((paths.results / "start-model.json").read_text())  # the baseline, evaluated once
+    assert start["evaluation"]["tasks"]["guess_small"]["outcomes"]["seeds"] == [0, 1]
     text = report.read_text()
     assert "| grpo | 0 |" in text and "| eppo | 0 |" in text and "mean − grpo" in text
+    assert "| start model (before RL) |" in text and "mean − start" in text
     assert all((report.parent / "figures" / f).stat().st_size > 0 for f in ("entropy.png", "success.png", "eps.png"))
 
     # a second invocation on another machine: only the result files are there; nothing is trained again
@@ -158,7 +161,7 @@ def test_plan_names_and_ablation_configs(tmp_path: Path):
 
     plan = make_plan(["grpo", "eppo"], 3, list(ABLATIONS), 1)
     names = [r.name for r in plan]
-    assert names[:6] == [f"{a}-seed{s}" for a in ("grpo", "eppo") for s in range(3)]
+    assert names[:6] == [f"{a}-seed{s}" for s in range(3) for a in ("grpo", "eppo")]  # seed-major
     assert "eppo-high-seed0" in names and len(names) == 6 + len(ABLATIONS)
     cfg = load_config("study")
     high = run_config(cfg, next(r for r in plan if r.group == "eppo-high"), "m", tmp_path)
@@ -167,6 +170,23 @@ def test_plan_names_and_ablation_configs(tmp_path: Path):
     assert lam.pacing.lam == 0.25 and lam.pacing.variant == "both"
     assert cfg.run.iterations >= 20 and cfg.evaluation.episodes >= 64
     assert cfg.learner.mini_batches * cfg.learner.epochs >= 2  # one step per batch: ratios are 1, no clip acts
+
+
+def test_study_warm_start_is_the_pipelines_sft():
+    """`sft.tasks_from: pipeline`: the study trains RL on three tasks but warms up on the pipeline's five, with the
+    pipeline's settings, so `make train` and `make experiment` build (and cache) the same SFT model."""
+    from eppo_train.config import load_config
+    from eppo_train.sft import sft_key, sft_source
+    from eppo_train.tasks import prepare_tasks
+
+    study, pipeline = load_config("study"), load_config("pipeline")
+    src, slots = sft_source(study, prepare_tasks(study))
+    assert [s.label for s in slots] == [s.label for s in prepare_tasks(pipeline)] and len(slots) == 5
+    assert [s.label for s in prepare_tasks(study)] == ["searchqa", "math", "code"]
+    from dataclasses import replace
+
+    assert sft_key(src, slots) == sft_key(replace(pipeline, run=replace(pipeline.run, seed=0)),
+                                          prepare_tasks(pipeline))
 
 
 @pytest.mark.slow
