@@ -95,6 +95,36 @@ def pending_runs(plan: list[StudyRun], results: Path) -> list[StudyRun]:
     return [r for r in plan if not (results / f"{r.name}.json").exists()]
 
 
+# keys that name where a run ran, not what it did: they may differ between machines without making a result stale
+MACHINE_KEYS = ("run.out_dir", "model.name", "model.kv_cache_gb")
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def stale_results(cfg: Config, plan: list[StudyRun], results: Path, work: Path) -> dict[str, list[str]]:
+    """Done runs whose recorded config differs from what this study config would run now: name -> changed keys."""
+    stale: dict[str, list[str]] = {}
+    for run in plan:
+        path = results / f"{run.name}.json"
+        if not path.exists():
+            continue
+        recorded = json.loads(path.read_text()).get("config", {})
+        now = _flat(to_dict(run_config(cfg, run, "", work)))
+        then = _flat(recorded)
+        changed = sorted(k for k in set(now) | set(then) if k not in MACHINE_KEYS and now.get(k) != then.get(k))
+        if changed:
+            stale[run.name] = changed
+    return stale
+
+
 def write_plan(plan: list[StudyRun], results: Path) -> None:
     results.mkdir(parents=True, exist_ok=True)
     data = {"runs": [{"name": r.name, "group": r.group, "algo": r.algo, "seed": r.seed,
@@ -183,6 +213,10 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
     todo = pending_runs(plan, paths.results)
     done = [r.name for r in plan if r not in todo]
     say(f"study: {len(done)}/{len(plan)} runs done ({', '.join(done) or 'none'}); results in {paths.results}")
+    for name, keys in stale_results(cfg, plan, paths.results, paths.work).items():
+        shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+        say(f"study: warning: {name} was made with other settings ({shown}); it counts as done: delete "
+            f"{paths.results / (name + '.json')} to run it again")
     if todo:
         from eppo_train.progress import Progress
         from eppo_train.tasks import prepare_tasks

@@ -43,6 +43,12 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
             assert out["seeds"] == [0, 1] and len(out["won"]) == 2
         assert rec["training_episodes"] == 2 * 2 * 2 and rec["wall_seconds"] > 0 and len(rec["load"]["start"]) == 3
     assert json.loads((paths.results / "plan.json").read_text())["runs"][1]["name"] == "eppo-seed0"
+    from eppo_train.study import stale_results
+
+    assert stale_results(cfg, plan, paths.results, paths.work) == {}
+    changed = load_config("study-quick", [*TINY, "run.iterations=2", "learner.lr=0.5"])
+    assert stale_results(changed, plan, paths.results, tmp_path / "elsewhere") == {
+        "grpo-seed0": ["learner.lr"], "eppo-seed0": ["learner.lr"]}  # another scratch folder alone is not a change
     start = json.loads((paths.results / "start-model.json").read_text())  # the baseline, evaluated once
     assert start["evaluation"]["tasks"]["guess_small"]["outcomes"]["seeds"] == [0, 1]
     text = report.read_text()
