@@ -35,6 +35,7 @@ class Progress:
         self.stage = ""
         self.every_s = every_s
         self._last_line = 0.0
+        self._last_count: tuple[str, int, int] | None = None  # the last episode count printed
         self._where = ""
         self._stopped = threading.Event()
         # A heartbeat: one engine call can take minutes (every live episode's turn in one batch), and ticks only
@@ -58,7 +59,7 @@ class Progress:
 
     def start(self, stage: str) -> None:
         self.stage, self.stage_t0 = stage, time.perf_counter()
-        self._where = ""
+        self._where, self._last_count = "", None
         interrupt.set_where(0, self._pos(stage))
         self._line(f"{self._pos(stage)}: started")
 
@@ -70,7 +71,9 @@ class Progress:
         now = time.perf_counter()
         if done < total and now - self._last_line < self.every_s:
             return
-        self._last_line = now
+        if done == total and self._last_count == (what, done, total):
+            return  # a rollout's last tick and its closing tick carry the same count: one line
+        self._last_line, self._last_count = now, (what, done, total)
         # A rate over under 0.1 s (the first tick of a rollout, an expert's instant replies) means nothing.
         rate_text = f" | {tokens / seconds:.0f} new tok/s" if seconds >= 0.1 else ""
         eta = ""
@@ -85,6 +88,7 @@ class Progress:
         def on_tick(t: RolloutTick) -> None:
             if not started:
                 started.append(time.perf_counter())
+                self._last_count = None  # a new rollout: its count starts over
             self.episodes(what, t.done, t.total, t.tokens, time.perf_counter() - started[0], stage_eta=False,
                           level=level)
             if t.final:

@@ -1,0 +1,26 @@
+"""Progress lines: one line per count, never the same "done/total" twice, a new rollout counted afresh."""
+
+from __future__ import annotations
+
+import io
+
+from eppo_train.progress import Progress
+from eppo_train.ticks import RolloutTick
+
+
+def _lines(stream: io.StringIO) -> list[str]:
+    return [line.split("] ", 1)[1] for line in stream.getvalue().splitlines()]
+
+
+def test_a_rollouts_last_and_closing_ticks_print_one_line_and_the_next_rollout_prints_again():
+    out = io.StringIO()
+    progress = Progress(["rl"], ["a"], stream=out, every_s=3600)
+    progress.start("rl")
+    on_tick = progress.ticks("rollout episodes")
+    for _ in range(2):  # two iterations' rollouts of 4 episodes
+        on_tick(RolloutTick(1, 4, 10, 0.5, 3))  # under every_s since the last line: not printed
+        on_tick(RolloutTick(4, 4, 40, 1.0, 3))  # all done: printed
+        on_tick(RolloutTick(4, 4, 40, 1.0, 3, final=True))  # the closing tick: the same count, not repeated
+    progress.done(out)  # type: ignore[arg-type]  (only printed)
+    counts = [line for line in _lines(out) if "rollout episodes" in line]
+    assert len(counts) == 2 and all("rollout episodes 4/4" in line for line in counts)
