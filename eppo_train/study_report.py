@@ -178,6 +178,26 @@ def _gain_table(start: dict, groups: dict[str, list[dict]], tasks: list[str]) ->
     return [*lines, ""]
 
 
+def _run_mean(run: dict, key: str) -> float | None:
+    """Mean of a per-task, per-iteration number over a run (tasks and iterations where it was logged)."""
+    values = [v[key] for it in run["iterations"] for v in it["tasks"].values() if v.get(key) is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _learner_table(groups: dict[str, list[dict]]) -> list[str]:
+    """How far each loss moved the policy per batch: the clip can only separate losses where it binds."""
+    lines = ["## How much the clip acted (per task and iteration, mean over the run; mean ± std over seeds)", "",
+             "| run group | tokens clipped (%) | approx KL | token entropy (nats) |", "|---|---:|---:|---:|"]
+    for g, runs in groups.items():
+        cells = []
+        for key, scale in (("clip_frac", 100.0), ("approx_kl", 1.0), ("entropy", 1.0)):
+            vals = [m * scale for m in (_run_mean(r, key) for r in runs) if m is not None]
+            cells.append(_ms(vals) if key != "approx_kl" else
+                         (f"{statistics.fmean(vals):.4f}" if vals else "–"))
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def _events_table(results: list[dict], cfg: dict) -> list[str]:
     pc = cfg["pacing"]
     lines = [
@@ -301,6 +321,7 @@ def write_report(results_dir: Path, report: Path) -> Path:
                                    tasks, "## EPPO ablation (variant, λ, α; one change each from `eppo`)")
             if "eppo" in groups:
                 text += _paired_table("eppo", groups["eppo"], ablation, tasks, "Paired with the main eppo runs:")[0]
+        text += _learner_table({**main, **ablation})
         text += _events_table(results, results[0]["config"])
         fig_dir = report.parent / "figures"
         first = {g: rs[0] for g, rs in groups.items()}

@@ -54,6 +54,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     text = report.read_text()
     assert "| grpo | 0 |" in text and "| eppo | 0 |" in text and "mean − grpo" in text
     assert "| start model (before RL) |" in text and "mean − start" in text
+    assert "tokens clipped (%)" in text and "| grpo | " in text.split("How much the clip acted")[1]
     assert all((report.parent / "figures" / f).stat().st_size > 0 for f in ("entropy.png", "success.png", "eps.png"))
 
     # a second invocation on another machine: only the result files are there; nothing is trained again
