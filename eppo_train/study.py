@@ -194,6 +194,7 @@ def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPath
 
     path = paths.results / START_FILE
     if path.exists():
+        progress.skip("start model")
         return path
     t0, load0 = time.time(), os.getloadavg()
     progress.start("start model")
