@@ -232,7 +232,8 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
             [f"fewer than {MIN_SEEDS} seeds for {', '.join(short)}"] if short else [])
         lines.append(f"**The study is incomplete**: {'; '.join(why)}. What follows reads only the runs that are done.")
         lines.append("")
-    flat = [t for t in tasks if len({_success(r, t) for rs in groups.values() for r in rs}) == 1]
+    runs = [r for rs in groups.values() for r in rs]
+    flat = [t for t in tasks if len(runs) > 1 and len({_success(r, t) for r in runs}) == 1]
     if flat:
         lines.append(f"- Every run scored the same on {', '.join(flat)}: these tasks cannot separate the losses.")
     for g, p in vs_grpo.items():
@@ -304,7 +305,7 @@ def write_report(results_dir: Path, report: Path) -> Path:
         table = _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
         start = load_start(results_dir)
         if start is not None:
-            table[-1:-1] = _start_rows(start, tasks)
+            table[4:4] = _start_rows(start, tasks)  # first under the header: the row every loss starts from
         text += table
         if start is not None:
             text += _gain_table(start, main, tasks)
