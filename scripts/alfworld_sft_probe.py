@@ -2,10 +2,12 @@
 
     python scripts/alfworld_sft_probe.py --out /tmp/alf/on --show-admissible compact
     python scripts/alfworld_sft_probe.py --out /tmp/alf/off --show-admissible off
+    python scripts/alfworld_sft_probe.py --out /tmp/alf/sft-listed --policy runs/<run>/sft --show-admissible compact
 
 The pipeline's settings (eppo_train/configs/pipeline.yaml: model, lr, batch, top layers, 2048-token transcripts,
 64-token replies) with only the ALFWorld task; the demo count, steps, turn limits and the env option are flags.
 Writes <out>/sft/ (the model and sft.json), <out>/eval.json and <out>/probe.json (figures and wall times).
+With --policy DIR nothing is trained: DIR (e.g. a pipeline run's SFT model) is evaluated with the env option.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=32, help="valid_unseen seeds 0..N-1")
     p.add_argument("--eval-turns", type=int, default=10)
     p.add_argument("--backend", default="vllm")
+    p.add_argument("--policy", type=Path, help="evaluate this model folder instead of training one")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -50,16 +53,19 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     load = open("/proc/loadavg").read().split()[:3]
     t0 = time.perf_counter()
-    info = run_sft(cfg, slots, args.out / "sft",
-                   on_step=lambda i, loss: print(f"step {i + 1}/{cfg.sft.steps} loss {loss:.4f}", flush=True))
+    model = args.policy or args.out / "sft"
+    info: dict = {"per_task": {}, "loss_first_step": None, "loss_last_steps": None}
+    if args.policy is None:
+        info = run_sft(cfg, slots, model,
+                       on_step=lambda i, loss: print(f"step {i + 1}/{cfg.sft.steps} loss {loss:.4f}", flush=True))
+        print(json.dumps(info["per_task"]), f"demos {info['demo_seconds']:.0f} s, train {info['train_seconds']:.0f} s",
+              flush=True)
     sft_s = time.perf_counter() - t0
-    print(json.dumps(info["per_task"]), f"demos {info['demo_seconds']:.0f} s, train {info['train_seconds']:.0f} s",
-          flush=True)
     # the evaluation plays valid_unseen with the same env option, at the evaluation's turn limit
     cfg.env.tasks[0].max_turns = args.eval_turns
     slots = prepare_tasks(cfg)
     t1 = time.perf_counter()
-    report = evaluate_model(cfg, slots, str(args.out / "sft"))
+    report = evaluate_model(cfg, slots, str(model))
     eval_s = time.perf_counter() - t1
     (args.out / "eval.json").write_text(json.dumps(report, indent=1))
     task = report["tasks"]["alfworld"]
