@@ -59,6 +59,7 @@ def test_listing_shows_exactly_the_engine_admissible_commands(form):
         obs_off, info_off = off.reset(seed=seed)
         obs_on, info_on = on.reset(seed=seed)
         rooms = {a[len("go to "):] for a in info_on["admissible_actions"] if a.startswith("go to ")}
+        assert info_on["goal"] == info_off["goal"] and "Admissible" not in info_on["goal"]  # the goal is the task
         steps = [((obs_off, 0.0, False, info_off), (obs_on, 0.0, False, info_on))]
         for action in actions:
             a = off.step(action)

@@ -76,8 +76,8 @@ class AlfWorldEnv(AgentEnv):
         self._explorer = Explorer(self.game.task_type, str(params["object_target"]),
                                   str(params.get("parent_target") or ""), self._receptacles) \
             if params.get("object_target") else None
-        observation = self._with_listing(observation)
         goal = observation.rsplit("Your task is to:", 1)[-1].strip() if "Your task is to:" in observation else ""
+        observation = self._with_listing(observation)  # after the goal is read: the listing is not part of it
         extra = {"admissible_actions": list(self.engine.admissible), "task_type": self.game.task_type,
                  "goal": goal, "game": self.game.name, "source": self.source.name}
         instruction = INSTRUCTION + (LISTED if self.show_admissible else "")
