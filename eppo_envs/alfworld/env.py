@@ -5,6 +5,10 @@ Observations are the engine's own text ("You are in the middle of a room. Lookin
 engine, `engine="textworld"`, gives (docs/alfworld.md). Each turn the model writes `<action>command</action>`; commands
 that are not admissible in the current state change nothing, as in ALFWorld ("Nothing happens."), and count as
 invalid actions here. Reward 1 when the goal holds. The expert is the engine's planner (`policy_commands`).
+
+`show_admissible="all"` (or True) / `"compact"` appends the admissible commands to every observation
+(admissible.py); off by default, so the observations stay exactly the engine's text. `expert="explorer"`
+finds the target by looking, as a model must (explorer.py), instead of planning on the full state.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import os
 from typing import Any
 
 from eppo_envs.alfworld.actions import read_command
+from eppo_envs.alfworld.admissible import FORMS, admissible_line, room_receptacles
 from eppo_envs.alfworld.engine import AlfredEngine
+from eppo_envs.alfworld.explorer import Explorer, game_params
 from eppo_envs.alfworld.sources import GameRef, choose_source
 from eppo_envs.core import AgentEnv, StepResult
 
@@ -27,17 +33,30 @@ INSTRUCTION = (
     "Only commands that are possible right now change anything; others get \"Nothing happens.\""
 )
 
+LISTED = "\nEach observation ends with the commands possible now (\"Admissible commands: ...\"); pick one of them."
+EXPERTS = ("planner", "explorer")
+
 
 class AlfWorldEnv(AgentEnv):
     task = "alfworld"
     splits = ("train", "valid_seen", "valid_unseen")
     eval_split = "valid_unseen"
     tool_tags = ("action",)
-    action_hint = "Reply with <action>command</action>, one of the admissible commands, e.g. <action>look</action>."
+    action_hint = "Reply with <action>command</action>, a command possible right now, e.g. <action>look</action>."
+    listed_hint = "Reply with <action>command</action>, one of the admissible commands, e.g. <action>look</action>."
 
     def __init__(self, split: str = "train", data_path: str | os.PathLike[str] | None = None,
-                 render_mode: str | None = None, engine: str = "fast") -> None:
+                 render_mode: str | None = None, engine: str = "fast", show_admissible: bool | str = False,
+                 expert: str = "planner") -> None:
         super().__init__(split, render_mode=render_mode)
+        if expert not in EXPERTS:
+            raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
+        self.expert = expert
+        self._explorer: Explorer | None = None
+        self.show_admissible = _listing_form(show_admissible)
+        if self.show_admissible:
+            self.action_hint = self.listed_hint  # the hint may point at the list only when the model sees it
+        self._receptacles: frozenset[str] = frozenset()
         self.source = choose_source(data_path)
         # "fast": our exact engine (fastpddl.py); "textworld": TextWorld's PddlEnv + AlfredDemangler, the oracle.
         self.engine = AlfredEngine(engine)  # type: ignore[arg-type]  (AlfredEngine says which names exist)
@@ -52,36 +71,69 @@ class AlfWorldEnv(AgentEnv):
         observation = self.engine.start(self.game.game)
         self._plan = None
         self._applied = 0  # commands applied since reset (the focused plan holds only from the initial state)
+        self._receptacles = room_receptacles(self.engine.admissible)
+        params = game_params(self.game.game) if self.expert == "explorer" else {}
+        self._explorer = Explorer(self.game.task_type, str(params["object_target"]),
+                                  str(params.get("parent_target") or ""), self._receptacles) \
+            if params.get("object_target") else None
         goal = observation.rsplit("Your task is to:", 1)[-1].strip() if "Your task is to:" in observation else ""
+        observation = self._with_listing(observation)  # after the goal is read: the listing is not part of it
         extra = {"admissible_actions": list(self.engine.admissible), "task_type": self.game.task_type,
                  "goal": goal, "game": self.game.name, "source": self.source.name}
-        return INSTRUCTION, observation, extra
+        instruction = INSTRUCTION + (LISTED if self.show_admissible else "")
+        return instruction, observation, extra
 
     def transition(self, text: str) -> StepResult:
         command = read_command(text, self.engine.admissible, self.tool_tags[0])
         state = {"admissible_actions": list(self.engine.admissible)}
         if command.error:
-            return self.invalid(command.error, **state)
+            result = self.invalid(command.error, **state)
+            result.observation = self._with_listing(result.observation)
+            return result
         if not command.admissible:
-            why = f"{command.text[:80]!r} is not possible now; see the admissible actions."
-            return StepResult(f"Nothing happens. ({why})\n{self.action_hint}", action_valid=False, info=state)
+            why = f"{command.text[:80]!r} is not possible now" + ("; see the admissible commands." if
+                                                                  self.show_admissible else ".")
+            return StepResult(self._with_listing(f"Nothing happens. ({why})\n{self.action_hint}"),
+                              action_valid=False, info=state)
         if self._plan and self._plan[0] == command.text:
             self._plan.pop(0)
         else:
             self._plan = None  # off the plan: the expert replans on its next call
-        observation = self.engine.step(command.text)
+        observation = self._with_listing(self.engine.step(command.text))
         self._applied += 1
+        if self._explorer is not None:
+            self._explorer.observe(command.text, self.engine.admissible)
         won = self.engine.won
         info = {"admissible_actions": list(self.engine.admissible), "command": command.text}
         return StepResult(observation, reward=1.0 if won else 0.0, terminated=won, won=won, info=info)
 
     def expert_action(self) -> str:
+        if self._explorer is not None:
+            found = self._explorer.next_command(self.engine.admissible)
+            if found is not None:
+                return f"<action>{found}</action>"
         if not self._plan or self._plan[0] not in self.engine.admissible:
             focus = self.game.focus_problem if self.game is not None and self._applied == 0 else None
             self._plan = self.engine.plan_from_start(focus) if focus else self.engine.plan()
         command = self._plan[0] if self._plan else "look"
         return f"<action>{command}</action>"
 
+    def _with_listing(self, observation: str) -> str:
+        if not self.show_admissible:
+            return observation
+        return f"{observation}\n{admissible_line(self.engine.admissible, self.show_admissible, self._receptacles)}"
+
     def close(self) -> None:
         self.engine.close()
         super().close()
+
+
+def _listing_form(value: bool | str) -> str:
+    """`show_admissible` as "" (off), "all" or "compact"; one clear error for anything else."""
+    if value is True:
+        return "all"
+    if value is False or value in ("", "off", "none"):
+        return ""
+    if isinstance(value, str) and value in FORMS:
+        return value
+    raise ValueError(f"show_admissible must be true, false or one of {', '.join(FORMS)}; got {value!r}")
