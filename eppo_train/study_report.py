@@ -237,8 +237,10 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
     if flat:
         lines.append(f"- Every run scored the same on {', '.join(flat)}: these tasks cannot separate the losses.")
     for g, p in vs_grpo.items():
+        caveat = (f" (only {len(p.seeds)} training seed(s): the interval covers evaluation noise, not the spread "
+                  f"between training seeds)" if len(p.seeds) < MIN_SEEDS else "")
         lines.append(f"- {g} vs grpo ({len(p.seeds)} paired seeds): mean success {p.overall.fmt(2, signed=True)}: "
-                     f"{_word(p.overall)}.")
+                     f"{_word(p.overall)}{caveat}.")
     grpo, eppo = groups.get("grpo", []), groups.get("eppo", [])
     if grpo and eppo:
         gs, es = [r["spikes"] for r in grpo], [r["spikes"] for r in eppo]
