@@ -23,13 +23,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _default_sigint() -> None:
+    """In the child before exec: Ctrl-C's default action, even when this test runs under a shell that ignores
+    SIGINT for background jobs (a process started with SIGINT ignored keeps ignoring it, as Unix intends)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Command:
     """A CLI in its own session, its stderr collected as it comes."""
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                     preexec_fn=_default_sigint)
         self.err = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
