@@ -140,11 +140,7 @@ class Explorer:
         if self.verb and held not in self.transformed:
             if not self.appliances:
                 return None
-            step = self._go_or_open(self.appliances[0], admissible)
-            if step != "":
-                return step
-            command = f"{self.verb} {held} with {self.appliances[0]}"
-            return command if command in admissible else None
+            return self._there_then(self.appliances[0], f"{self.verb} {held} with {self.appliances[0]}", admissible)
         if self.task_type == LOOK:
             if self.at in self.lamps and self.lamps[self.at] in admissible:
                 return self.lamps[self.at]
@@ -154,8 +150,11 @@ class Explorer:
             return None
         if not self.parents:
             return None
-        step = self._go_or_open(self.parents[0], admissible)
+        return self._there_then(self.parents[0], f"move {held} to {self.parents[0]}", admissible)
+
+    def _there_then(self, place: str, command: str, admissible: list[str]) -> str | None:
+        """Go to (and open) `place` first; once there, `command` if it is possible."""
+        step = self._go_or_open(place, admissible)
         if step != "":
             return step
-        command = f"move {held} to {self.parents[0]}"
         return command if command in admissible else None
