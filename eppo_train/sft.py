@@ -212,13 +212,13 @@ def sft_source(cfg: Config, slots) -> tuple[Config, list]:
     return src, prepare_tasks(src)
 
 
-def sft_model(cfg: Config, slots: list[TaskSlot]) -> str:
+def sft_model(cfg: Config, slots: list[TaskSlot], on_step: Callable[[int, float], None] | None = None) -> str:
     """The SFT model for this config (built once per setting in the cache); its folder."""
     from eppo_envs.core.cache import cached_dir
 
     if cfg.sft.tasks_from:
         cfg, slots = sft_source(cfg, slots)
-    return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out)))
+    return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out, on_step=on_step)))
 
 
 def warm_start(cfg: Config) -> Config:

@@ -141,18 +141,15 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
             raise ConfigError(f"--sft: {sft_dir} is not a model folder (no config.json)")
         model, how = sft_dir, "given with --sft"
     elif cfg.sft.steps > 0:
-        from eppo_envs.core.cache import cached_dir
-        from eppo_train.sft import run_sft, sft_key, sft_source
+        from eppo_train.sft import sft_model, sft_source
         from eppo_train.ticks import listen
 
         progress.start("sft")
-        # seed 0 for every run: the warm start is shared, only RL differs between seeds. The folder is the one
-        # sft.sft_model caches this setting in, built here with per-step progress lines.
+        # seed 0 for every run: the warm start is shared, only RL differs between seeds
         sft_cfg, sft_slots = sft_source(cfg, slots)
         steps = sft_cfg.sft.steps
         with listen(progress.ticks("expert demo episodes")):
-            model = str(cached_dir(f"models/sft-{sft_key(sft_cfg, sft_slots)}", lambda out: run_sft(
-                sft_cfg, sft_slots, out, on_step=lambda i, loss: progress.sft_step(i, steps, loss))))
+            model = sft_model(sft_cfg, sft_slots, on_step=lambda i, loss: progress.sft_step(i, steps, loss))
         progress.finish("sft", None)
         how = (f"sft.steps={cfg.sft.steps} on {cfg.sft.episodes} expert episodes per task of "
                f"{', '.join(s.label for s in sft_slots)} (cached)")

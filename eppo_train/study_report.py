@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,13 +136,14 @@ def _success_table(groups: dict[str, list[dict]], tasks: list[str], title: str) 
     return [*lines, ""]
 
 
-def _paired_table(base_name: str, base: list[dict], others: dict[str, list[dict]], tasks: list[str],
-                  title: str) -> tuple[list[str], dict[str, Paired]]:
+def _paired_table(base_name: str, base: list[dict] | Callable[[list[dict]], list[dict]],
+                  others: dict[str, list[dict]], tasks: list[str], title: str) -> tuple[list[str], dict[str, Paired]]:
+    """Each group of `others` against `base` (runs, or a function of the group's runs giving their base runs)."""
     found: dict[str, Paired] = {}
     head = ["run group", "paired seeds", f"mean − {base_name} [95%]", *tasks, "per seed"]
     lines = [title, "", "| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * (len(tasks) + 1)]
     for g, runs in others.items():
-        p = paired(base, runs, tasks)
+        p = paired(base(runs) if callable(base) else base, runs, tasks)
         if p is None:
             lines.append(f"| {g} | – | no seed in common with {base_name} |" + " |" * len(tasks) + " |")
             continue
@@ -163,19 +165,8 @@ def _start_rows(start: dict, tasks: list[str]) -> list[str]:
 def _gain_table(start: dict, groups: dict[str, list[dict]], tasks: list[str]) -> list[str]:
     """What RL added: every run against the start model on the same instances (the start's outcomes paired with
     each seed's), through the same paired bootstrap as the comparison with grpo."""
-    as_base = {g: [dict(start, seed=r["seed"]) for r in runs] for g, runs in groups.items()}
-    lines, head = [], ["run group", "seeds", "mean − start [95%]", *tasks, "per seed"]
-    lines = ["## What RL added: each loss against the start model (same instances)", "",
-             "| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * (len(tasks) + 1)]
-    for g, runs in groups.items():
-        p = paired(as_base[g], runs, tasks)
-        if p is None:
-            continue
-        cells = [p.per_task[t].fmt(2, signed=True) if t in p.per_task else "instances differ" for t in tasks]
-        seeds = " ".join(f"{s}: {d:+.2f}" for s, d in p.per_seed.items())
-        lines.append(f"| {g} | {len(p.seeds)} | **{p.overall.fmt(2, signed=True)}** | " + " | ".join(cells)
-                     + f" | {seeds} |")
-    return [*lines, ""]
+    return _paired_table("start", lambda runs: [dict(start, seed=r["seed"]) for r in runs], groups, tasks,
+                         "## What RL added: each loss against the start model (same instances)")[0]
 
 
 def _run_mean(run: dict, key: str) -> float | None:
