@@ -38,6 +38,9 @@ class TaskConfig:
     context: str = "full"  # CONTEXT_KINDS: "full", one sample per episode; "window", one per turn, last `window`
     window: int = 2
     max_turns: int | None = None  # None: the env's own limit (capped by rollout.max_turns)
+    # a reply's token budget for this task (training and evaluation); None: rollout.max_new_tokens. A task whose
+    # answers are long (Code's programs) gets room without letting every other task's replies ramble as long
+    max_new_tokens: int | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make
 
 
@@ -354,3 +357,4 @@ def validate(cfg: Config) -> None:
         need(t.context in CONTEXT_KINDS, f"env.tasks.{i}.context: {' or '.join(CONTEXT_KINDS)}, got {t.context!r}")
         need(t.context != "window" or t.window >= 1, f"env.tasks.{i}.window: must be >= 1, got {t.window}")
         need(t.problems >= 1, f"env.tasks.{i}.problems: must be >= 1")
+        need(t.max_new_tokens is None or t.max_new_tokens >= 1, f"env.tasks.{i}.max_new_tokens: must be >= 1")

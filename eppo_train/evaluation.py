@@ -42,6 +42,7 @@ class EvalSpec:
     workers: int = 0  # Ray env workers (0: envs in this process)
     ray_address: str | None = None
     progress_bar: bool = False  # the rollout's own per-chunk tqdm bar
+    reply_tokens: dict[str, int] = field(default_factory=dict)  # env id -> its own reply budget (else max_new_tokens)
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.batch_size < 1:
@@ -151,7 +152,7 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
     problems = eval_problems(spec.tasks, spec.split, spec.episodes)
     max_turns = spec.max_turns or max((gym.spec(e).max_episode_steps or 30) for e in spec.tasks)
     cfg = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
-                        max_total_tokens=spec.max_total_tokens, temperature=spec.temperature, top_p=spec.top_p,
+                        reply_tokens=dict(spec.reply_tokens), max_total_tokens=spec.max_total_tokens, temperature=spec.temperature, top_p=spec.top_p,
                         seed=spec.seed, progress=spec.progress_bar)
     episodes, stats = [], []
     t0 = time.perf_counter()

@@ -27,6 +27,7 @@ from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.engine import SharedEngine
 from eppo_train.progress import Progress, RLWatcher
+from eppo_train.tasks import reply_tokens
 from eppo_train.ticks import listen
 
 STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
@@ -42,7 +43,7 @@ def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:
         by_split.setdefault(ev.split.get(s.label), []).append(s)
     return [(EvalSpec([s.env_id for s in group], ev.episodes, split, ev.max_turns or cfg.rollout.max_turns,
                       ev.max_new_tokens or cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens,
-                      batch_size=ev.batch_size), group)
+                      batch_size=ev.batch_size, reply_tokens=reply_tokens(group)), group)
             for split, group in by_split.items()]
 
 

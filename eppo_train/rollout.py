@@ -65,6 +65,7 @@ class RolloutConfig(RolloutSection):
 
     context: dict[str, ContextMode] = field(default_factory=dict)  # task label or env id -> mode (else FULL)
     labels: dict[str, str] = field(default_factory=dict)  # env id -> the task label episodes are tagged with
+    reply_tokens: dict[str, int] = field(default_factory=dict)  # env id -> its reply budget (else max_new_tokens)
     stop: tuple[str, ...] = ()
     seed: int | None = None  # sampling seed (turn t uses seed + t)
 
@@ -79,9 +80,15 @@ class RolloutConfig(RolloutSection):
     def context_mode(self, task: str, env_id: str) -> ContextMode:
         return self.context.get(env_id) or self.context.get(task) or FULL
 
+    def reply_budget(self, env_id: str) -> int:
+        """Most new tokens one reply of `env_id` may take (its task's own budget, else `max_new_tokens`)."""
+        return self.reply_tokens.get(env_id, self.max_new_tokens)
+
     def sampling(self, turn: int = 0) -> SamplingParams:
+        """One turn's decoding; its token cap is the largest reply budget (each row is capped by its own)."""
         seed = None if self.seed is None else self.seed + turn
-        return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, seed, tuple(self.stop))
+        cap = max([self.max_new_tokens, *self.reply_tokens.values()])
+        return SamplingParams(cap, self.temperature, self.top_p, seed, tuple(self.stop))
 
 
 @dataclass
@@ -215,8 +222,9 @@ def _turn_state(live: _Live, turn: int, fmt: ChatFormat | None, cfg: RolloutConf
     prompt: list[int] | None = None
     if fmt is not None:
         prompt = live.ids if mode == "full" else fmt.prompt_ids(messages)
-    budget = cfg.max_new_tokens if prompt is None else min(cfg.max_new_tokens, cfg.max_total_tokens - len(prompt))
     p = live.problem
+    reply = cfg.reply_budget(p.env_id)
+    budget = reply if prompt is None else min(reply, cfg.max_total_tokens - len(prompt))
     return TurnState(live.slot, p.env_id, live.episode.task, p.seed, live.member, turn, live.observation, live.info,
                      messages, prompt, budget)
 

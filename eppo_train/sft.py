@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,22 +58,38 @@ def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes
     from eppo_train.rollout import run_rollout
 
     problems = train_problems(cfg, slots, 0, per_task=episodes, stream="sft")
-    rc = replace(rollout_config(cfg, slots, 0), group_size=1, progress=False)
+    rl = replace(rollout_config(cfg, slots, 0), group_size=1, progress=False)
     # a demonstration turn is as long as the expert's reply, not capped by the RL sampling budget
-    rc = replace(rc, max_new_tokens=max(rc.max_new_tokens, cfg.sft.max_reply_tokens))
+    rc = replace(rl, max_new_tokens=max(rl.max_new_tokens, cfg.sft.max_reply_tokens), reply_tokens={})
     result = run_rollout(ExpertTokenAgent(tokenizer), pool, problems, rc)
+    budget = {s.label: rl.reply_budget(s.env_id) for s in slots}
     per_task: dict[str, dict[str, float]] = {}
     for smp in result.samples:
         t = per_task.setdefault(smp.task, {"samples": 0, "model_tokens": 0, "tokens": 0})
         t["samples"] += 1
         t["model_tokens"] += sum(smp.loss_mask)
         t["tokens"] += len(smp.input_ids)
-    wins = {s.label: 0 for s in slots}
+    for s in slots:
+        per_task.setdefault(s.label, {"samples": 0, "model_tokens": 0, "tokens": 0}).update(
+            episodes=0, expert_wins=0, replies=0, replies_over_budget=0, reply_budget=budget[s.label])
     for e in result.episodes:
-        wins[e.task] += int(e.won)
-    for task, w in wins.items():
-        per_task.setdefault(task, {"samples": 0, "model_tokens": 0, "tokens": 0})["expert_wins"] = w
+        t = per_task[e.task]
+        t["episodes"] += 1
+        t["expert_wins"] += int(e.won)
+        # a reply (its end-of-turn token included) longer than the task's reply budget is one the trained model
+        # cannot finish when it generates: it learns to start answers that RL and evaluation cut off
+        lengths = [turn.info.get("response_tokens", 0) for turn in e.turns]
+        t["replies"] += len(lengths)
+        t["replies_over_budget"] += sum(n > t["reply_budget"] for n in lengths)
     return result.samples, per_task
+
+
+def over_budget_warnings(per_task: dict[str, dict]) -> list[str]:
+    """One line per task whose expert replies do not fit its reply budget (`expert_samples`' counts)."""
+    return [f"sft: warning: {task}: {t['replies_over_budget']} of {t['replies']} expert replies are longer than its "
+            f"{t['reply_budget']}-token reply budget (env.tasks[].max_new_tokens, else rollout.max_new_tokens): "
+            f"the SFT model learns answers that generation cuts off"
+            for task, t in per_task.items() if t.get("replies_over_budget")]
 
 
 # ---------------------------------------------------------------------------- the loss and the loop
@@ -160,8 +177,8 @@ def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
     s = to_dict(cfg.sft)
     if not s.get("tasks_from"):
         s.pop("tasks_from", None)  # unset: the key of every setting cached before the field existed
-    key = json.dumps([cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout),
-                      [to_dict(x.cfg) for x in slots]], sort_keys=True, default=str)
+    tasks = [{k: v for k, v in to_dict(x.cfg).items() if k != "max_new_tokens" or v is not None} for x in slots]
+    key = json.dumps([cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks], sort_keys=True, default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -178,6 +195,8 @@ def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool=None, on_step: C
         t0 = time.perf_counter()
         samples, per_task = expert_samples(cfg, slots, tokenizer, pool, cfg.sft.episodes)
         demo_s = time.perf_counter() - t0
+        for line in over_budget_warnings(per_task):
+            print(line, file=sys.stderr, flush=True)
     finally:
         if own_pool:
             pool.close()

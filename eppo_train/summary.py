@@ -113,6 +113,12 @@ def write_summary(run_dir: Path, cfg: Config, done: dict[str, Any]) -> Path:
                     f"({sft.get('model_tokens', '?')} model tokens); loss {sft.get('loss_first_step', float('nan')):.3f} "
                     f"(first step) -> {sft.get('loss_last_steps', float('nan')):.3f} nats/token (last fifth of "
                     "the steps).")
+        demos = sft.get("per_task", {})
+        if demos:
+            text.append("Expert demos per task (wins / episodes; replies longer than the task's reply budget): " +
+                        ", ".join(f"{t} {d.get('expert_wins', '?')}/{d.get('episodes', '?')}"
+                                  f" ({d.get('replies_over_budget', '?')} of {d.get('replies', '?')} over "
+                                  f"{d.get('reply_budget', '?')} tokens)" for t, d in demos.items()) + ".")
     if rl.get("iterations"):
         text.append(f"RL: {rl['iterations']} iterations of `{cfg.algo.name}` "
                     f"({len(cfg.env.tasks)} tasks x problems x group {cfg.rollout.group_size}); "

@@ -73,6 +73,11 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     return slots
 
 
+def reply_tokens(slots: list[TaskSlot]) -> dict[str, int]:
+    """env id -> the reply budget of the tasks that set their own (`env.tasks[].max_new_tokens`)."""
+    return {s.env_id: s.cfg.max_new_tokens for s in slots if s.cfg.max_new_tokens}
+
+
 def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int) -> RolloutConfig:
     """The rollout settings of one iteration: `cfg.rollout`, each slot's context mode and label, a seed per
     (run seed, iteration)."""
@@ -82,6 +87,7 @@ def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int) -> Rollou
         cfg.rollout,
         context={s.env_id: s.context for s in slots},
         labels={s.env_id: s.label for s in slots},
+        reply_tokens=reply_tokens(slots),
         seed=(cfg.run.seed * 1_000_003 + iteration * 7919) % 2**31,
     )
 

@@ -179,9 +179,12 @@ def test_plan_names_and_ablation_configs(tmp_path: Path):
     assert cfg.learner.mini_batches * cfg.learner.epochs >= 2  # one step per batch: ratios are 1, no clip acts
 
 
-def test_study_warm_start_is_the_pipelines_sft():
-    """`sft.tasks_from: pipeline`: the study trains RL on three tasks but warms up on the pipeline's five, with the
-    pipeline's settings, so `make train` and `make experiment` build (and cache) the same SFT model."""
+def test_study_warm_start_is_the_one_its_committed_runs_began_from():
+    """`sft.tasks_from: study-sft`: the study trains RL on three tasks but warms up on the five tasks `make train`
+    had when the study began; the SFT cache key is the one in the committed start record, so a later change to the
+    pipeline's recipe cannot move the study's start model under its results."""
+    import json
+
     from eppo_train.config import load_config
     from eppo_train.sft import sft_key, sft_source
     from eppo_train.tasks import prepare_tasks
@@ -190,10 +193,8 @@ def test_study_warm_start_is_the_pipelines_sft():
     src, slots = sft_source(study, prepare_tasks(study))
     assert [s.label for s in slots] == [s.label for s in prepare_tasks(pipeline)] and len(slots) == 5
     assert [s.label for s in prepare_tasks(study)] == ["searchqa", "math", "code"]
-    from dataclasses import replace
-
-    assert sft_key(src, slots) == sft_key(replace(pipeline, run=replace(pipeline.run, seed=0)),
-                                          prepare_tasks(pipeline))
+    start = json.loads((Path(__file__).parents[1] / "docs/results/study/start-model.json").read_text())
+    assert start["start_model"]["model"].endswith(f"sft-{sft_key(src, slots)}")
 
 
 @pytest.mark.slow
