@@ -125,3 +125,23 @@ def test_episodes_and_samples_carry_the_label_they_are_given(policy, pool):
     assert {e.task for e in result.episodes} == {"guess_tagged"}
     assert {s.task for s in result.samples} == {"guess_tagged"}
     assert set(result.stats["per_task"]) == {"guess_tagged"}
+
+
+def test_a_task_with_its_own_reply_budget_gets_exactly_that_budget(policy, pool):
+    """`env.tasks[].max_new_tokens`: replies of that task stop at its budget, the other task's at the rollout's."""
+    from eppo_train.config import ConfigError, from_dict
+    from eppo_train.tasks import prepare_tasks, rollout_config
+
+    cfg = from_dict({"env": {"tasks": [{"id": ENV, "name": "short", "max_new_tokens": 3}, {"id": ENV, "name": "long"}]},
+                     "rollout": {"max_new_tokens": 12, "max_turns": 2, "group_size": 2, "progress": False}})
+    slots = prepare_tasks(cfg)
+    rc = rollout_config(cfg, slots, 0)
+    assert rc.sampling().max_new_tokens == 12  # the widest budget; each row is capped by its own
+    problems = [Problem(s.env_id, "train", seed) for s in slots for seed in range(2)]
+    result = run_rollout(policy, pool, problems, rc)
+    lengths = {task: [t.info["response_tokens"] for e in result.episodes if e.task == task for t in e.turns]
+               for task in ("short", "long")}
+    assert lengths["short"] and max(lengths["short"]) <= 3
+    assert max(lengths["long"]) > 3 and max(lengths["long"]) <= 12  # the random tiny model runs to its cap
+    with pytest.raises(ConfigError, match=r"env.tasks.0.max_new_tokens"):
+        from_dict({"env": {"tasks": [{"id": ENV, "max_new_tokens": 0}]}})

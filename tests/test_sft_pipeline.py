@@ -148,3 +148,22 @@ def test_make_train_pipeline_end_to_end_on_vllm(tmp_path: Path):
     records = [json.loads(line) for line in (run / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2] and all(r["rollout_tokens"] > 0 for r in records)
     assert "| RL − SFT |" in (run / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("budget, over", [(64, True), (160, False)])
+def test_demos_count_the_expert_replies_a_reply_budget_would_cut(budget, over):
+    """Code's expert programs are mostly over 64 tokens: the SFT report (and a warning) says so, and the
+    pipeline's budget of 160 fits them all."""
+    from eppo_train.config import from_dict
+    from eppo_train.sft import expert_samples, over_budget_warnings
+
+    cfg = from_dict({"env": {"tasks": [{"id": "eppo/Code-v0", "name": "code", "max_turns": 3, "max_new_tokens": budget,
+                                        "kwargs": {"level": [2, 3]}}]}})
+    slots = prepare_tasks(cfg)
+    with LocalEnvPool() as pool:
+        _, per_task = expert_samples(cfg, slots, load_tokenizer("smollm2"), pool, 8)
+    code = per_task["code"]
+    assert (code["episodes"], code["expert_wins"], code["reply_budget"]) == (8, 8, budget)
+    assert (code["replies_over_budget"] > 0) == over
+    warnings = over_budget_warnings(per_task)
+    assert (len(warnings) == 1 and f"{budget}-token reply budget" in warnings[0]) == over
