@@ -96,13 +96,18 @@ def pending_runs(plan: list[StudyRun], results: Path) -> list[StudyRun]:
 
 
 # keys that name where a run ran, not what it did: they may differ between machines without making a result stale
-MACHINE_KEYS = ("run.out_dir", "model.name", "model.kv_cache_gb")
+# Keys that say where a run ran or how its start model is named, not what it computed. The start model itself is
+# compared by its weights' sha256 (the report lists every start model it finds), so `sft.tasks_from` naming the
+# same recipe by another config is no change.
+MACHINE_KEYS = ("run.out_dir", "model.name", "model.kv_cache_gb", "sft.tasks_from")
 
 
-def _flat(d: dict, prefix: str = "") -> dict[str, object]:
+def _flat(d: dict | list, prefix: str = "") -> dict[str, object]:
+    """Leaf keys as dotted paths (list items by index: `env.tasks.0.max_turns`), so a field added later with its
+    default `None` reads the same as its absence in an older record."""
     out: dict[str, object] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
+    for k, v in (d.items() if isinstance(d, dict) else enumerate(d)):
+        if isinstance(v, dict | list) and v:
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v

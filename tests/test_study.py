@@ -209,3 +209,15 @@ def test_experiment_quick_end_to_end(tmp_path: Path):
             assert (out / "results" / f"{algo}-seed{seed}.json").exists()
     text = (out / "study.md").read_text()
     assert "| dapo | 0, 1, 2 |" in text and (out / "figures" / "entropy.png").exists()
+
+
+def test_a_field_added_later_with_default_none_is_not_a_change_but_a_list_item_is():
+    from eppo_train.study import _flat
+
+    then = {"env": {"tasks": [{"id": "a", "max_turns": 4}]}, "sft": {"tasks_from": "pipeline"}}
+    now = {"env": {"tasks": [{"id": "a", "max_turns": 4, "max_new_tokens": None}]}, "sft": {"tasks_from": "x"}}
+    flat_then, flat_now = _flat(then), _flat(now)
+    assert flat_now["env.tasks.0.max_new_tokens"] is None and "env.tasks.0.max_new_tokens" not in flat_then
+    assert all(flat_now.get(k) == flat_then.get(k) for k in flat_now if k != "sft.tasks_from")
+    moved = {"env": {"tasks": [{"id": "a", "max_turns": 6}]}}
+    assert _flat(moved)["env.tasks.0.max_turns"] != flat_then["env.tasks.0.max_turns"]
