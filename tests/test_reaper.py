@@ -26,7 +26,7 @@ OWNER = textwrap.dedent("""
 
     PY = sys.executable
     with guard("owner", lambda: "rerun"):
-        assert reaper.ready(60)  # the watchdog has recorded the tree once: what is started from now on is new
+        reaper.ready(60)  # the watchdog has recorded the tree once: what is started from now on is new
         pids = {"watchdog": reaper.watchdog_pid()}
         # no marker in its environment (Chromium starts its helpers with a filtered one): only the snapshots see it
         pids["env_less"] = subprocess.Popen(["sleep", "300"], env={}).pid
@@ -61,7 +61,8 @@ def _started(cmd: Command) -> dict[str, psutil.Process]:
     assert cmd.proc.stdout is not None
     pids = json.loads(cmd.proc.stdout.readline() or "{}")
     assert set(pids) == {"watchdog", "env_less", "child", "grandchild", "detached", "forked", "orphan"}, cmd.err
-    return {name: psutil.Process(pid) for name, pid in pids.items()}
+    # no watchdog: None, left out (psutil.Process(None) is this test's own process)
+    return {name: psutil.Process(pid) for name, pid in pids.items() if pid is not None}
 
 
 def _left(procs: dict[str, psutil.Process]) -> list[str]:
@@ -82,7 +83,7 @@ def test_sigkill_ends_every_descendant(tmp_path: Path):
     _owner(tmp_path)
     cmd = Command(["owner"], tmp_path)
     procs = _started(cmd)
-    assert _left(procs) == list(procs)
+    assert _left(procs) == list(procs)  # all started, all running
     assert procs["orphan"].ppid() != cmd.proc.pid  # really re-parented: no longer a descendant
     start = time.monotonic()
     try:
