@@ -5,6 +5,10 @@ both unwind through the same `finally` blocks that close env pools, Ray and engi
 cleanup is ignored, and whatever child processes survive the unwinding (a Ray raylet, a vLLM engine core, a
 Chromium, a sandbox) are terminated, then killed. `where` says what was running for the one line, e.g.
 `interrupted at stage 4/5 rl, iteration 3/6; resume with: make train ARGS="--resume runs/x"`.
+
+None of that can run when the command itself is SIGKILLed (the OOM killer, `kill -9`) or crashes, so `guard()` also
+starts the command's watchdog (`eppo_train/reaper.py`, one small process per command): whenever the command ends,
+however it ends, the watchdog terminates, then kills, every descendant the command had.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from eppo_train import reaper
 
 EXIT_INTERRUPTED = 130
 
@@ -50,7 +56,8 @@ def reap_children(timeout: float = 5.0) -> None:
     """Terminate every descendant still alive (after the normal cleanup had its chance), then kill stragglers."""
     import psutil
 
-    procs = children_of()
+    spare = reaper.watchdog_pid()  # it ends what is left once we have exited; ending it now would gain nothing
+    procs = [p for p in children_of() if p.pid != spare]
     for p in procs:
         try:
             p.terminate()
@@ -79,6 +86,7 @@ def _quiet_cleanup() -> None:
 def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130."""
     _where.clear()
+    reaper.start()  # first: whatever the body starts is watched, even if this process is SIGKILLed
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         yield

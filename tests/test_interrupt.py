@@ -1,5 +1,6 @@
 """Ctrl-C / SIGTERM on the real command-line tools, in real subprocesses: one line, exit 130, the printed resume
-command continues the run, and no child process (Ray, env hosts) outlives the command.
+command continues the run, and no child process (Ray, env hosts) outlives the command. (A SIGKILLed command and its
+watchdog: tests/test_reaper.py.)
 
 Each command starts in its own session (start_new_session), so "Ctrl-C in the terminal" is a SIGINT to that
 process group, and a survivor is any process still in that session or any descendant seen before the signal.
@@ -53,8 +54,9 @@ class Command:
             assert time.monotonic() < deadline, f"not ready in {timeout}s: {self.err[-2000:]}"
             time.sleep(0.2)
 
-    def interrupt(self, sig: int, group: bool) -> tuple[int, str, list[psutil.Process]]:
-        """Send `sig` (to the whole process group when `group`), wait; (exit code, last stderr line, survivors)."""
+    def interrupt(self, sig: int, group: bool, within: float = 3.0) -> tuple[int, str, list[psutil.Process]]:
+        """Send `sig` (to the whole process group when `group`), wait; (exit code, last stderr line, survivors:
+        the processes of the command still alive `within` seconds after it exited)."""
         seen = psutil.Process(self.proc.pid).children(recursive=True)
         if group:
             os.killpg(self.proc.pid, sig)
@@ -66,19 +68,35 @@ class Command:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self._reader.join(timeout=10)
-        time.sleep(0.5)
-        sid = self.proc.pid
-        survivors = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        for p in psutil.process_iter():
-            try:
-                if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE and p not in survivors:
-                    survivors.append(p)
-            except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
-                continue
+        deadline = time.monotonic() + within
+        while (survivors := _survivors(seen, self.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for p in survivors:  # do not leave them to the next test
-            p.kill()
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
         lines = [line for line in self.err.replace("\r", "\n").splitlines() if line.strip()]
         return self.proc.returncode, lines[-1] if lines else "", survivors
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _survivors(seen: list[psutil.Process], sid: int) -> list[psutil.Process]:
+    """Processes of `seen` still alive, and any process still in session `sid`."""
+    survivors = [p for p in seen if _alive(p)]
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and _alive(p) and p not in survivors:
+                survivors.append(p)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    return survivors
 
 
 def _finish(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

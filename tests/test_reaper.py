@@ -1,0 +1,134 @@
+"""The watchdog `guard()` starts (eppo_train/reaper.py), on real processes: SIGKILL a command and every process it
+started is gone seconds later, however it was started (an env-less helper like Chromium's, a grandchild, a process
+in a session of its own that ignores SIGTERM, a fork without exec like a multiprocessing worker, a double-forked
+orphan); a normal exit leaves neither leftovers nor the watchdog; a reused pid is never signalled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+from test_interrupt import Command, _alive
+
+from eppo_train import reaper
+
+# A command: guard() like eppo-train's, then children of every kind, their pids on stdout, then it waits to be killed.
+OWNER = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    from eppo_train import reaper
+    from eppo_train.interrupt import guard
+
+    PY = sys.executable
+    with guard("owner", lambda: "rerun"):
+        reaper.ready(60)  # the watchdog has recorded the tree once: what is started from now on is new
+        pids = {"watchdog": reaper.watchdog_pid()}
+        # no marker in its environment (Chromium starts its helpers with a filtered one): only the snapshots see it
+        pids["env_less"] = subprocess.Popen(["sleep", "300"], env={}).pid
+        nested = subprocess.Popen([PY, "-c", "import subprocess as s; p = s.Popen(['sleep', '300']); "
+                                   "print(p.pid, flush=True); p.wait()"], stdout=subprocess.PIPE, text=True)
+        pids["child"], pids["grandchild"] = nested.pid, int(nested.stdout.readline())
+        # leaves the process group and the session, and ignores SIGTERM: only SIGKILL ends it
+        pids["detached"] = subprocess.Popen([PY, "-c", "import os, signal, time; os.setsid(); "
+                                             "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"]).pid
+        pid = os.fork()  # no exec: its /proc environ is ours as we were started, without the marker
+        if pid == 0:
+            time.sleep(300)
+            os._exit(0)
+        pids["forked"] = pid
+        # a double fork: orphaned (parent: init) before any snapshot can see it; found by the marker
+        pids["orphan"] = int(subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"],
+                                            capture_output=True, text=True).stdout)
+        time.sleep(2.5 * reaper.POLL_S)  # the watchdog has recorded the tree at least once
+        print(json.dumps(pids), flush=True)
+        if sys.argv[1:] == ["exit"]:
+            sys.exit(0)  # a normal exit with all of them still running
+        time.sleep(300)
+""")
+
+
+def _owner(tmp_path: Path) -> None:
+    (tmp_path / "owner.py").write_text(OWNER)
+
+
+def _started(cmd: Command) -> dict[str, psutil.Process]:
+    """The command's processes, by role, from the line it prints once it has started them all."""
+    assert cmd.proc.stdout is not None
+    pids = json.loads(cmd.proc.stdout.readline() or "{}")
+    assert set(pids) == {"watchdog", "env_less", "child", "grandchild", "detached", "forked", "orphan"}, cmd.err
+    # no watchdog: None, left out (psutil.Process(None) is this test's own process)
+    return {name: psutil.Process(pid) for name, pid in pids.items() if pid is not None}
+
+
+def _left(procs: dict[str, psutil.Process]) -> list[str]:
+    return [name for name, p in procs.items() if _alive(p)]
+
+
+def _kill(procs: dict[str, psutil.Process]) -> None:
+    """Without a watchdog they would run on: do not leave them to the next test."""
+    for p in procs.values():
+        try:
+            if _alive(p):
+                p.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def test_sigkill_ends_every_descendant(tmp_path: Path):
+    _owner(tmp_path)
+    cmd = Command(["owner"], tmp_path)
+    procs = _started(cmd)
+    assert _left(procs) == list(procs)  # all started, all running
+    assert procs["orphan"].ppid() != cmd.proc.pid  # really re-parented: no longer a descendant
+    start = time.monotonic()
+    try:
+        rc, _, survivors = cmd.interrupt(signal.SIGKILL, group=False, within=reaper.GRACE_S + 7)
+        assert rc == -signal.SIGKILL
+        assert not survivors, [(p.pid, p.name()) for p in survivors]
+        assert not _left(procs), _left(procs)
+        assert time.monotonic() - start < reaper.GRACE_S + 7
+    finally:
+        _kill(procs)
+
+
+def test_a_normal_exit_ends_leftovers_and_the_watchdog(tmp_path: Path):
+    _owner(tmp_path)
+    cmd = Command(["owner", "exit"], tmp_path)
+    procs = _started(cmd)
+    try:
+        assert cmd.proc.wait(timeout=30) == 0, cmd.err[-2000:]
+        deadline = time.monotonic() + reaper.GRACE_S + 7
+        while (left := _left(procs)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, left  # the watchdog among them: it exits once it has swept
+    finally:
+        _kill(procs)
+
+
+def test_a_reused_pid_is_not_signalled():
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        created = psutil.Process(sleeper.pid).create_time()
+        # the same pid recorded with another create time: what a pid reused by an unrelated process looks like
+        assert not reaper.signal_if_same(sleeper.pid, created - 1.0, signal.SIGKILL)
+        time.sleep(0.2)
+        assert sleeper.poll() is None
+        assert reaper.signal_if_same(sleeper.pid, created, signal.SIGKILL)
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+        assert not reaper.signal_if_same(sleeper.pid, created, signal.SIGKILL)  # gone (a zombie, then reaped)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_the_watchdog_starts_once_per_process_in_a_session_of_its_own():
+    first = reaper.start()  # this test process's own (guard() in test_cli.py starts it too)
+    assert first is not None and reaper.start() == first == reaper.watchdog_pid()
+    assert psutil.Process(first).ppid() == os.getpid() and os.getsid(first) == first
+    assert reaper.TAG_ENV in os.environ  # what this process starts from now on carries its marker
+    assert reaper.ready(60) and reaper.ready(0)
