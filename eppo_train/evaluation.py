@@ -152,8 +152,8 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
     problems = eval_problems(spec.tasks, spec.split, spec.episodes)
     max_turns = spec.max_turns or max((gym.spec(e).max_episode_steps or 30) for e in spec.tasks)
     cfg = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
-                        reply_tokens=dict(spec.reply_tokens), max_total_tokens=spec.max_total_tokens, temperature=spec.temperature, top_p=spec.top_p,
-                        seed=spec.seed, progress=spec.progress_bar)
+                        reply_tokens=dict(spec.reply_tokens), max_total_tokens=spec.max_total_tokens,
+                        temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed, progress=spec.progress_bar)
     episodes, stats = [], []
     t0 = time.perf_counter()
     done_before = tokens_before = 0
