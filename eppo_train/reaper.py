@@ -40,7 +40,10 @@ import subprocess
 import sys
 import time
 
-import psutil
+try:
+    import psutil
+except ImportError:  # a bare machine (the GPU check's: torch and transformers only): no watchdog there
+    psutil = None
 
 POLL_S = 1.0  # how often the descendants are recorded
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
@@ -53,7 +56,10 @@ _tags: dict[int, str] = {}  # owner pid -> its marker
 
 
 def start(poll_s: float = POLL_S, grace_s: float = GRACE_S) -> int | None:
-    """Make sure this process has a watchdog; its pid, or None where it cannot run (no /proc, no process)."""
+    """Make sure this process has a watchdog; its pid, or None where it cannot run (no /proc, no psutil, no
+    process)."""
+    if psutil is None:
+        return None
     owner = os.getpid()
     running = _watchdogs.get(owner)
     if running is not None and running.poll() is None:
