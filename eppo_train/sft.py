@@ -62,16 +62,14 @@ def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes
     # a demonstration turn is as long as the expert's reply, not capped by the RL sampling budget
     rc = replace(rl, max_new_tokens=max(rl.max_new_tokens, cfg.sft.max_reply_tokens), reply_tokens={})
     result = run_rollout(ExpertTokenAgent(tokenizer), pool, problems, rc)
-    budget = {s.label: rl.reply_budget(s.env_id) for s in slots}
-    per_task: dict[str, dict[str, float]] = {}
+    per_task: dict[str, dict[str, float]] = {
+        s.label: {"samples": 0, "model_tokens": 0, "tokens": 0, "episodes": 0, "expert_wins": 0, "replies": 0,
+                  "replies_over_budget": 0, "reply_budget": rl.reply_budget(s.env_id)} for s in slots}
     for smp in result.samples:
-        t = per_task.setdefault(smp.task, {"samples": 0, "model_tokens": 0, "tokens": 0})
+        t = per_task[smp.task]
         t["samples"] += 1
         t["model_tokens"] += sum(smp.loss_mask)
         t["tokens"] += len(smp.input_ids)
-    for s in slots:
-        per_task.setdefault(s.label, {"samples": 0, "model_tokens": 0, "tokens": 0}).update(
-            episodes=0, expert_wins=0, replies=0, replies_over_budget=0, reply_budget=budget[s.label])
     for e in result.episodes:
         t = per_task[e.task]
         t["episodes"] += 1
