@@ -132,6 +132,14 @@ def test_official_game_files_are_played(tmp_path, monkeypatch, no_network):
         assert episode.won and episode.first_observation.startswith("You are in the middle of a room.")
     env.close()
 
+    # task_types reads the official files' types too: only the games of the chosen type are played
+    kept = specs[0].task_type
+    env = eppo_envs.make(ENV_ID, data_path=str(tmp_path), split="valid_unseen", task_types=[kept])
+    expected = sum(s.task_type == kept for s in specs[:2])
+    assert env.unwrapped.num_instances("valid_unseen") == expected
+    assert {env.reset(seed=k)[1]["task_type"] for k in range(expected)} == {kept}
+    env.close()
+
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     env = eppo_envs.make(ENV_ID)
     assert env.unwrapped.source.name == "official"

@@ -157,3 +157,41 @@ def test_explorer_looks_before_it_takes_and_wins_every_type():
     assert differs > 0  # the planner, which knows the full state, does not start by looking
     env.close()
     planner.close()
+
+
+def test_task_types_keep_only_the_chosen_games_by_name_or_number():
+    everything = eppo_envs.make(ENV_ID, split="valid_unseen")
+    types = [spec.task_type for spec in load_specs("valid_unseen")]
+    chosen = {"pick_and_place_simple", "look_at_obj_in_light"}
+    wanted = [i for i, t in enumerate(types) if t in chosen]
+    for option in (sorted(chosen), [1, 2], ["pick_and_place_simple", 2]):
+        env = eppo_envs.make(ENV_ID, split="valid_unseen", task_types=option)
+        assert env.unwrapped.num_instances("valid_unseen") == len(wanted) < len(types)
+        for seed in (0, 1, 5):
+            obs, info = env.reset(seed=seed)
+            assert info["task_type"] in chosen
+            # the same game as the unfiltered env's: the same text and the same instance id
+            full_obs, full_info = everything.reset(seed=wanted[seed])
+            assert (obs, info["instance_id"]) == (full_obs, full_info["instance_id"])
+        env.close()
+    # seeds wrap around the chosen games only
+    env = eppo_envs.make(ENV_ID, split="valid_unseen", task_types=1)
+    n = env.unwrapped.num_instances("valid_unseen")
+    assert env.reset(seed=n + 3)[1]["instance_id"] == env.reset(seed=3)[1]["instance_id"]
+    assert {env.reset(seed=s)[1]["task_type"] for s in range(n)} == {"pick_and_place_simple"}
+    env.close()
+    everything.close()
+
+
+def test_task_types_conformance_and_the_explorer_wins_the_chosen_types():
+    kwargs = {"show_admissible": "compact", "expert": "explorer", "task_types": [1, 2]}
+    conformance.check_determinism(ENV_ID, **kwargs)
+    conformance.check_expert(ENV_ID, **kwargs)
+    conformance.check_malformed(ENV_ID, count=100, **kwargs)
+    conformance.check_gymnasium(ENV_ID, **kwargs)
+
+
+@pytest.mark.parametrize("bad", ["pick", 7, 0, True, [], ["pick_and_place_simple", "cook"]])
+def test_unknown_or_empty_task_types_are_one_clear_error(bad):
+    with pytest.raises(ValueError, match="ALFWorld task type|task_types is empty"):
+        eppo_envs.make(ENV_ID, task_types=bad)

@@ -9,11 +9,14 @@ invalid actions here. Reward 1 when the goal holds. The expert is the engine's p
 `show_admissible="all"` (or True) / `"compact"` appends the admissible commands to every observation
 (admissible.py); off by default, so the observations stay exactly the engine's text. `expert="explorer"`
 finds the target by looking, as a model must (explorer.py), instead of planning on the full state.
+`task_types=[...]` keeps only some of the six task types, by name or by ALFWorld's number (1 pick_and_place_simple,
+2 look_at_obj_in_light, ... as in its `env.task_types` setting); seeds then index the chosen types' games only.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from eppo_envs.alfworld.actions import read_command
@@ -21,6 +24,7 @@ from eppo_envs.alfworld.admissible import FORMS, admissible_line, room_receptacl
 from eppo_envs.alfworld.engine import AlfredEngine
 from eppo_envs.alfworld.explorer import Explorer, game_params
 from eppo_envs.alfworld.sources import GameRef, choose_source
+from eppo_envs.alfworld.tasks import select_types
 from eppo_envs.core import AgentEnv, StepResult
 
 INSTRUCTION = (
@@ -47,7 +51,7 @@ class AlfWorldEnv(AgentEnv):
 
     def __init__(self, split: str = "train", data_path: str | os.PathLike[str] | None = None,
                  render_mode: str | None = None, engine: str = "fast", show_admissible: bool | str = False,
-                 expert: str = "planner") -> None:
+                 expert: str = "planner", task_types: str | int | Iterable[str | int] | None = None) -> None:
         super().__init__(split, render_mode=render_mode)
         if expert not in EXPERTS:
             raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
@@ -58,16 +62,31 @@ class AlfWorldEnv(AgentEnv):
             self.action_hint = self.listed_hint  # the hint may point at the list only when the model sees it
         self._receptacles: frozenset[str] = frozenset()
         self.source = choose_source(data_path)
+        self.task_types = select_types(task_types)
+        self._games: dict[str, tuple[int, ...]] = {}  # split -> the source's indices of the chosen task types
         # "fast": our exact engine (fastpddl.py); "textworld": TextWorld's PddlEnv + AlfredDemangler, the oracle.
         self.engine = AlfredEngine(engine)  # type: ignore[arg-type]  (AlfredEngine says which names exist)
         self.game: GameRef | None = None
         self._plan: list[str] | None = None  # the planner's remaining commands, while the episode follows them
 
+    def _chosen(self, split: str) -> tuple[int, ...]:
+        """The source's indices of the games of the chosen task types (computed once per split)."""
+        if split not in self._games:
+            types = self.source.task_types(split)
+            self._games[split] = tuple(i for i, t in enumerate(types) if t in (self.task_types or ()))
+        return self._games[split]
+
+    def _source_index(self, split: str, index: int) -> int:
+        return index if self.task_types is None else self._chosen(split)[index]
+
     def num_instances(self, split: str) -> int:
-        return self.source.count(split)
+        return self.source.count(split) if self.task_types is None else len(self._chosen(split))
+
+    def instance_id(self, split: str, index: int) -> str:
+        return super().instance_id(split, self._source_index(split, index))  # the same game keeps one id
 
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict[str, Any]]:
-        self.game = self.source.get(split, index)
+        self.game = self.source.get(split, self._source_index(split, index))
         observation = self.engine.start(self.game.game)
         self._plan = None
         self._applied = 0  # commands applied since reset (the focused plan holds only from the initial state)

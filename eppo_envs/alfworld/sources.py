@@ -34,6 +34,8 @@ class GameSource(Protocol):
 
     def get(self, split: str, index: int) -> GameRef: ...
 
+    def task_types(self, split: str) -> tuple[str, ...]: ...
+
 
 class GeneratedGames:
     """Problems generated from the floorplans bundled in `alfworld` (see generator.py)."""
@@ -48,6 +50,9 @@ class GeneratedGames:
         name = f"{split}_{index}"
         focus = render_problem(spec, name, focus=True)
         return GameRef(game_file(spec, name), spec.task_type, f"FloorPlan{spec.floorplan}", focus)
+
+    def task_types(self, split: str) -> tuple[str, ...]:
+        return tuple(spec.task_type for spec in load_specs(split))
 
 
 def _task_type_of(path: Path) -> str:
@@ -102,6 +107,9 @@ class OfficialGames:
     def get(self, split: str, index: int) -> GameRef:
         path, task_type = self._games(split)[index]
         return GameRef(path, task_type, str(Path(path).parent.relative_to(self.folder(split))))
+
+    def task_types(self, split: str) -> tuple[str, ...]:
+        return tuple(task_type for _path, task_type in self._games(split))
 
 
 def choose_source(data_path: str | os.PathLike[str] | None = None) -> GameSource:

@@ -7,6 +7,7 @@ and not already solved (the appliance the type needs, the object classes it appl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import alfworld.gen.constants as C
@@ -81,3 +82,31 @@ TASK_TYPES: dict[str, TaskType] = {
         TaskType("look_at_obj_in_light", "examine", needs_lamp=True),
     )
 }
+
+# ALFWorld's numbering of the types (its base_config.yaml `env.task_types: [1, 2, 3, 4, 5, 6]`).
+TYPE_NUMBERS: dict[int, str] = {
+    1: "pick_and_place_simple",
+    2: "look_at_obj_in_light",
+    3: "pick_clean_then_place_in_recep",
+    4: "pick_heat_then_place_in_recep",
+    5: "pick_cool_then_place_in_recep",
+    6: "pick_two_obj_and_place",
+}
+
+
+def select_types(chosen: str | int | Iterable[str | int] | None) -> frozenset[str] | None:
+    """The task types a user chose, by name or by ALFWorld's number; None keeps all six."""
+    if chosen is None:
+        return None
+    items = [chosen] if isinstance(chosen, (str, int)) else list(chosen)
+    names = set()
+    for item in items:
+        name = None if isinstance(item, bool) else TYPE_NUMBERS.get(item) if isinstance(item, int) else item
+        if name not in TASK_TYPES:
+            known = ", ".join(f"{n} ({k})" for k, n in TYPE_NUMBERS.items())
+            raise ValueError(f"unknown ALFWorld task type {item!r}; choose from {known}")
+        names.add(name)
+    if not names:
+        raise ValueError("task_types is empty; leave it out to keep all six ALFWorld task types")
+    return frozenset(names)
+
