@@ -195,3 +195,36 @@ def test_task_types_conformance_and_the_explorer_wins_the_chosen_types():
 def test_unknown_or_empty_task_types_are_one_clear_error(bad):
     with pytest.raises(ValueError, match="ALFWorld task type|task_types is empty"):
         eppo_envs.make(ENV_ID, task_types=bad)
+
+
+def test_repeat_goal_restates_the_goal_after_every_step_and_only_then():
+    plain = eppo_envs.make(ENV_ID, split="valid_unseen", show_admissible="compact")
+    env = eppo_envs.make(ENV_ID, split="valid_unseen", show_admissible="compact", repeat_goal=True)
+    for seed in SEEDS:
+        actions = trajectory(plain, seed)  # expert moves, an inadmissible command, a malformed reply
+        first_plain, info = plain.reset(seed=seed)
+        first, _ = env.reset(seed=seed)
+        assert first == first_plain  # the first observation states the goal already
+        goal_line = f"\nYour task is to: {info['goal']}\nAdmissible commands: "
+        for action in actions:
+            seen_plain, *_ = plain.step(action)
+            seen, *_ = env.step(action)
+            text, listing = seen_plain.rsplit("\nAdmissible commands: ", 1)
+            assert seen == f"{text}{goal_line}{listing}"
+    env.close()
+    plain.close()
+    # without the listing the goal ends the observation
+    env = eppo_envs.make(ENV_ID, split="valid_unseen", repeat_goal=True)
+    _, info = env.reset(seed=0)
+    seen, *_ = env.step("<action>look</action>")
+    assert seen.endswith(f"\nYour task is to: {info['goal']}")
+    env.close()
+
+
+def test_repeat_goal_conformance_and_a_bad_value():
+    kwargs = {"show_admissible": "compact", "expert": "explorer", "repeat_goal": True}
+    conformance.check_determinism(ENV_ID, **kwargs)
+    conformance.check_expert(ENV_ID, **kwargs)
+    conformance.check_malformed(ENV_ID, count=100, **kwargs)
+    with pytest.raises(ValueError, match="repeat_goal must be"):
+        eppo_envs.make(ENV_ID, repeat_goal="yes")

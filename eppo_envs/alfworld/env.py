@@ -9,6 +9,8 @@ invalid actions here. Reward 1 when the goal holds. The expert is the engine's p
 `show_admissible="all"` (or True) / `"compact"` appends the admissible commands to every observation
 (admissible.py); off by default, so the observations stay exactly the engine's text. `expert="explorer"`
 finds the target by looking, as a model must (explorer.py), instead of planning on the full state.
+`repeat_goal=True` ends every later observation with the goal again ("Your task is to: ..."), as agent prompts
+built on ALFWorld restate the task each turn (verl-agent), so a small model need not recall it from the first turn.
 `task_types=[...]` keeps only some of the six task types, by name or by ALFWorld's number (1 pick_and_place_simple,
 2 look_at_obj_in_light, ... as in its `env.task_types` setting); seeds then index the chosen types' games only.
 """
@@ -39,6 +41,7 @@ INSTRUCTION = (
 
 LISTED = "\nEach observation ends with the commands possible now (\"Admissible commands: ...\"); pick one of them."
 EXPERTS = ("planner", "explorer")
+GOAL_PREFIX = "Your task is to:"  # how the engine's first observation states the goal
 
 
 class AlfWorldEnv(AgentEnv):
@@ -51,11 +54,16 @@ class AlfWorldEnv(AgentEnv):
 
     def __init__(self, split: str = "train", data_path: str | os.PathLike[str] | None = None,
                  render_mode: str | None = None, engine: str = "fast", show_admissible: bool | str = False,
-                 expert: str = "planner", task_types: str | int | Iterable[str | int] | None = None) -> None:
+                 expert: str = "planner", task_types: str | int | Iterable[str | int] | None = None,
+                 repeat_goal: bool = False) -> None:
         super().__init__(split, render_mode=render_mode)
         if expert not in EXPERTS:
             raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
         self.expert = expert
+        if not isinstance(repeat_goal, bool):
+            raise ValueError(f"repeat_goal must be true or false; got {repeat_goal!r}")
+        self.repeat_goal = repeat_goal
+        self._goal = ""
         self._explorer: Explorer | None = None
         self.show_admissible = _listing_form(show_admissible)
         if self.show_admissible:
@@ -95,8 +103,9 @@ class AlfWorldEnv(AgentEnv):
         self._explorer = Explorer(self.game.task_type, str(params["object_target"]),
                                   str(params.get("parent_target") or ""), self._receptacles) \
             if params.get("object_target") else None
-        goal = observation.rsplit("Your task is to:", 1)[-1].strip() if "Your task is to:" in observation else ""
-        observation = self._with_listing(observation)  # after the goal is read: the listing is not part of it
+        goal = observation.rsplit(GOAL_PREFIX, 1)[-1].strip() if GOAL_PREFIX in observation else ""
+        self._goal = goal
+        observation = self._as_shown(observation, first=True)  # after the goal is read: the listing is not part of it
         extra = {"admissible_actions": list(self.engine.admissible), "task_type": self.game.task_type,
                  "goal": goal, "game": self.game.name, "source": self.source.name}
         instruction = INSTRUCTION + (LISTED if self.show_admissible else "")
@@ -107,18 +116,18 @@ class AlfWorldEnv(AgentEnv):
         state = {"admissible_actions": list(self.engine.admissible)}
         if command.error:
             result = self.invalid(command.error, **state)
-            result.observation = self._with_listing(result.observation)
+            result.observation = self._as_shown(result.observation)
             return result
         if not command.admissible:
             why = f"{command.text[:80]!r} is not possible now" + ("; see the admissible commands." if
                                                                   self.show_admissible else ".")
-            return StepResult(self._with_listing(f"Nothing happens. ({why})\n{self.action_hint}"),
+            return StepResult(self._as_shown(f"Nothing happens. ({why})\n{self.action_hint}"),
                               action_valid=False, info=state)
         if self._plan and self._plan[0] == command.text:
             self._plan.pop(0)
         else:
             self._plan = None  # off the plan: the expert replans on its next call
-        observation = self._with_listing(self.engine.step(command.text))
+        observation = self._as_shown(self.engine.step(command.text))
         self._applied += 1
         if self._explorer is not None:
             self._explorer.observe(command.text, self.engine.admissible)
@@ -137,7 +146,11 @@ class AlfWorldEnv(AgentEnv):
         command = self._plan[0] if self._plan else "look"
         return f"<action>{command}</action>"
 
-    def _with_listing(self, observation: str) -> str:
+    def _as_shown(self, observation: str, first: bool = False) -> str:
+        """The engine's text plus what the options add: the goal again (the first observation ends with it), then
+        the admissible commands."""
+        if self.repeat_goal and not first and self._goal:
+            observation = f"{observation}\n{GOAL_PREFIX} {self._goal}"
         if not self.show_admissible:
             return observation
         return f"{observation}\n{admissible_line(self.engine.admissible, self.show_admissible, self._receptacles)}"
