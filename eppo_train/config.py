@@ -139,6 +139,9 @@ class LearnerConfig:
     logit_chunk: int = 256  # token positions per vocab projection (memory: chunk x vocab logits at a time)
     bf16_autocast_cpu: bool = False  # bf16 autocast on CPU (~1.6x faster); GPU always uses bf16 autocast
     train_top_layers: int = 0  # >0: freeze all but the top N decoder layers and the final norm
+    # with frozen layers: the no-grad pass keeps the hidden states entering the first trained block and the
+    # optimizer passes run only the top blocks from them (checked against the full forward once; frozen_cache.py)
+    cache_frozen: bool = True
     recompute_old_logprobs: bool = True  # recompute log-probs of the sampled tokens with the training model
 
 

@@ -8,12 +8,15 @@ One `train_step(samples)` per iteration:
      grad-norm clipping, AdamW.
 Logits are only formed for the positions that predict a model token, a chunk of positions at a time (under
 activation checkpointing when gradients are needed), so the vocabulary-sized tensor never exists for the batch.
+With frozen bottom blocks (`train_top_layers`) and `cache_frozen`, pass 1 keeps each sample's hidden states at the
+first trained block and pass 2 runs only the top blocks from them (frozen_cache.py).
 """
 
 from __future__ import annotations
 
 import copy
 import random
+import sys
 import time
 from collections import defaultdict
 from contextlib import nullcontext
@@ -25,6 +28,15 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from eppo_train.config import Config
+from eppo_train.frozen_cache import (
+    CHECK_ATOL,
+    cache_start,
+    capture_inputs,
+    decoder_layers,
+    pad_states,
+    top_hidden,
+    unpad,
+)
 from eppo_train.losses import LOSSES, LossInputs, aggregate, loss_options, token_weights
 from eppo_train.pacing import EntropyPacer, PaceStep
 from eppo_train.records import Sample
@@ -38,21 +50,11 @@ class StepReport:
     pace: PaceStep | None = None
 
 
-def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The stack of transformer blocks (Llama/Mistral/Qwen `layers`, GPT-2 `h`)."""
-    base = model.base_model
-    for name in ("layers", "h", "blocks"):
-        layers = getattr(base, name, None)
-        if isinstance(layers, torch.nn.ModuleList):
-            return layers
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to train only the top ones")
-
-
 def freeze_below_top(model: torch.nn.Module, n: int) -> None:
     """Train only the top `n` blocks and the final norm: backward stops there (~2.3x faster on CPU)."""
     for p in model.parameters():
         p.requires_grad_(False)
-    for block in _decoder_layers(model)[-n:]:
+    for block in decoder_layers(model)[-n:]:
         for p in block.parameters():
             p.requires_grad_(True)
     norm = getattr(model.base_model, "norm", None) or getattr(model.base_model, "ln_f", None)
@@ -75,6 +77,19 @@ def token_logprobs_entropy(
     Token t is predicted from the hidden state at t-1; only masked positions reach the vocab projection.
     """
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad)
+
+
+def hidden_logprobs_entropy(
+    model: torch.nn.Module,
+    hidden: torch.Tensor,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk: int = 256,
+    grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs_entropy` from the model's last hidden state [B, T, H] (after the final norm)."""
     head = model.get_output_embeddings()
     where = mask[:, 1:] > 0
     states = hidden[:, :-1][where]  # [N, H]
@@ -155,6 +170,15 @@ class Learner:
         self.model.to(self.device).train()
         if cfg.learner.train_top_layers > 0:
             freeze_below_top(self.model, cfg.learner.train_top_layers)
+        # The first trained block when pass 2 may start there from states kept in pass 1 (frozen_cache.py); checked
+        # against the full forward on the first micro-batch, None (the full forward every pass) otherwise.
+        self.cache_from: int | None = None
+        self._cache_checked = False
+        if cfg.learner.cache_frozen:
+            self.cache_from, why = cache_start(self.model)
+            if self.cache_from is None and cfg.learner.train_top_layers > 0:
+                print(f"learner: frozen-layer cache off ({why}); every pass runs the full model", file=sys.stderr,
+                      flush=True)
         self.ref = None
         if cfg.algo.kl_coef > 0:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -185,10 +209,42 @@ class Learner:
         out["ids"], out["attn"], out["mask"] = ids, attn, mask
         return {k: v.to(self.device) for k, v in out.items()}
 
-    def _stats(self, model, b: dict[str, torch.Tensor], grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _stats(self, model, b: dict[str, torch.Tensor], grad: bool,
+               states: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies of a padded micro-batch: the full forward, or with `states` (each row's hidden
+        states entering block `cache_from`) the top blocks only."""
+        temperature, chunk = self.cfg.rollout.temperature, self.cfg.learner.logit_chunk
         with autocast(self.device, self.cfg.learner.bf16_autocast_cpu):
-            return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], self.cfg.rollout.temperature,
-                                          self.cfg.learner.logit_chunk, grad=grad)
+            if states is None:
+                return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], temperature, chunk, grad=grad)
+            assert self.cache_from is not None
+            hidden = top_hidden(model, self.cache_from, pad_states(states, b["ids"].shape[1]), b["attn"])
+            return hidden_logprobs_entropy(model, hidden, b["ids"], b["mask"], temperature, chunk, grad=grad)
+
+    def _keep_states(self, seen: list[torch.Tensor], b: dict[str, torch.Tensor], lengths: list[int],
+                     lp: torch.Tensor, ent: torch.Tensor) -> list[torch.Tensor] | None:
+        """Pass 1: the rows' states entering the first trained block, unpadded; None when the cache is (now) off.
+
+        Until one micro-batch has been compared, the cached path's log-probs and entropies are checked against the
+        full forward's on this one; a model it does not reproduce keeps the full forward from then on."""
+        try:
+            if len(seen) != 1:
+                raise RuntimeError(f"block {self.cache_from} ran {len(seen)} times in one forward")
+            rows = unpad(seen[0], lengths)
+            if not self._cache_checked:
+                lp_c, ent_c = self._stats(self.model, b, grad=False, states=rows)
+                where = b["mask"] > 0
+                if where.any():
+                    diff = float(torch.cat([(lp_c - lp)[where], (ent_c - ent)[where]]).abs().max())
+                    if not diff <= CHECK_ATOL:  # NaN fails too
+                        raise RuntimeError(f"its log-probs differ from the full forward's by {diff:.3g} nats "
+                                           f"(tolerance {CHECK_ATOL:g})")
+                    self._cache_checked = True
+            return rows
+        except Exception as exc:  # any failure of the cached path means: use the full forward
+            print(f"learner: frozen-layer cache off, the full forward is used: {exc}", file=sys.stderr, flush=True)
+            self.cache_from = None
+            return None
 
     # ------------------------------------------------------------------ the update
     def train_step(self, samples: list[Sample]) -> StepReport:
@@ -205,11 +261,18 @@ class Learner:
         tok: dict[str, float] = defaultdict(float)
         ref_lp: dict[int, list[float]] = {}
         fresh_old: dict[int, list[float]] = {}
+        cached: dict[int, torch.Tensor] = {}  # sample -> [n, H] states entering block cache_from
+        capture = capture_inputs(self.model, self.cache_from) if self.cache_from is not None else nullcontext([])
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), capture as seen:
             for idx in batches:
                 b = self._pad(samples, idx)
                 lp, ent = self._stats(self.model, b, grad=False)
+                if self.cache_from is not None:
+                    rows = self._keep_states(seen, b, [len(samples[i].input_ids) for i in idx], lp, ent)
+                    if rows is not None:
+                        cached.update(zip(idx, rows, strict=True))
+                seen.clear()
                 ref = self._stats(self.ref, b, grad=False)[0] if self.ref is not None else None
                 for r, i in enumerate(idx):
                     s, n = samples[i], len(samples[i].input_ids)
@@ -221,6 +284,8 @@ class Learner:
                     if ref is not None:
                         ref_lp[i] = ref[r, :n].tolist()
         self.model.train()
+        if self.cache_from is None or not self._cache_checked:
+            cached.clear()
         if fresh_old:
             samples = [replace(s, old_logprobs=fresh_old[i]) for i, s in enumerate(samples)]
         entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
@@ -243,7 +308,7 @@ class Learner:
                 for idx in micro_batches([len(samples[i].input_ids) for i in mb], lc.micro_batch_tokens):
                     rows = [mb[j] for j in idx]
                     b = self._pad(samples, rows)
-                    lp, _ = self._stats(self.model, b, grad=True)
+                    lp, _ = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
                     ref = None
                     if self.ref is not None:
                         ref = torch.zeros_like(lp)

@@ -84,18 +84,29 @@ def measure_learner(model: str, shape: BatchShape, overrides: tuple[str, ...], r
     return out
 
 
-@section("learner", "learner tokens/s (fwd+bwd+AdamW)", "2 min")
+UNCACHED = ("learner.cache_frozen=false",)  # the default config with every pass through the frozen layers too
+
+
+@section("learner", "learner tokens/s (fwd+bwd+AdamW)", "3 min")
 def bench_learner(ctx: BenchContext) -> list[Figure]:
     model = ctx.model
     shape = shape_for(ctx)
     rows = []
+    measured: dict[tuple[str, ...], list[float]] = {}
     for label, overrides in (("default config (top 6 layers, bf16 autocast)", ()),
+                             ("default config, frozen layers recomputed (cache_frozen=false)", UNCACHED),
                              ("full fine-tune, fp32", FULL_FP32)):
         how = (f"Learner.train_step, --config default --set model.name={model} "
                + " ".join(f"--set {o}" for o in overrides) + f"; {shape.describe()}")
         try:
-            samples = measure_learner(model, shape, overrides, ctx.reps())
-            rows.append(figure("learner", f"{model}: {label}", samples, "tokens/s", how, tokens=shape.tokens))
+            measured[overrides] = measure_learner(model, shape, overrides, ctx.reps())
+            rows.append(figure("learner", f"{model}: {label}", measured[overrides], "tokens/s", how,
+                               tokens=shape.tokens))
         except Exception as exc:
             rows.append(failed("learner", f"{model}: {label}", "tokens/s", how, exc))
+    if () in measured and UNCACHED in measured:
+        # what the frozen-layer cache buys; 1.0 where nothing is frozen (a model with <= 6 blocks)
+        ratio = [c / u for c, u in zip(sorted(measured[()]), sorted(measured[UNCACHED]), strict=True)]
+        rows.append(figure("learner", f"{model}: frozen-layer cache, cached / recomputed", ratio, "ratio",
+                           "the two default-config figures above; ratio of the sorted repetitions"))
     return rows
