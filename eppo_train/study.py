@@ -99,7 +99,9 @@ def pending_runs(plan: list[StudyRun], results: Path) -> list[StudyRun]:
 # Keys that say where a run ran or how its start model is named, not what it computed. The start model itself is
 # compared by its weights' sha256 (the report lists every start model it finds), so `sft.tasks_from` naming the
 # same recipe by another config is no change.
-MACHINE_KEYS = ("run.out_dir", "model.name", "model.kv_cache_gb", "sft.tasks_from")
+# `learner.cache_frozen` changes how the frozen layers' output is obtained, not the update (equal to 1e-7 in
+# tests/test_learner_cache.py): runs recorded before it existed are not stale.
+MACHINE_KEYS = ("run.out_dir", "model.name", "model.kv_cache_gb", "sft.tasks_from", "learner.cache_frozen")
 
 
 def _flat(d: dict | list, prefix: str = "") -> dict[str, object]:
