@@ -124,9 +124,8 @@ def resolve_tasks(spec: str) -> list[str]:
 def with_env_kwargs(env_ids: list[str], items: list[str]) -> list[str]:
     """Apply `TASK.KEY=VALUE` constructor options (YAML values, as `--set`): each task given options is replaced by
     a variant that has them (`run/<task>-v0`, as a run config's `env.tasks[].kwargs` makes)."""
-    from eppo_envs.core.registry import task_spec
     from eppo_train.config import ConfigError, parse_override
-    from eppo_train.tasks import task_variant
+    from eppo_train.tasks import task_label, task_variant
 
     options: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -149,10 +148,7 @@ def with_env_kwargs(env_ids: list[str], items: list[str]) -> list[str]:
         if env_id not in options:
             out.append(env_id)
             continue
-        try:
-            label = task_spec(env_id).task
-        except KeyError:
-            label = env_id.split("/")[-1]
+        label = task_label(env_id)
         variant = task_variant(env_id, label, options[env_id])
         try:  # a bad option is the user's: build one env now for a one-line error, not a traceback mid-run
             gym.make(variant).close()

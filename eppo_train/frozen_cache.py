@@ -29,22 +29,19 @@ import torch
 CHECK_ATOL = 1e-4
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The stack of transformer blocks (Llama/Mistral/Qwen `layers`, GPT-2 `h`)."""
+def _layers_slot(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    """(attribute name, the stack of transformer blocks) of the base model: Llama/Mistral/Qwen `layers`, GPT-2 `h`."""
     base = model.base_model
     for name in ("layers", "h", "blocks"):
         layers = getattr(base, name, None)
         if isinstance(layers, torch.nn.ModuleList):
-            return layers
+            return name, layers
     raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to train only the top ones")
 
 
-def _layers_attr(model: torch.nn.Module) -> str:
-    base = model.base_model
-    for name in ("layers", "h", "blocks"):
-        if isinstance(getattr(base, name, None), torch.nn.ModuleList):
-            return name
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The stack of transformer blocks (Llama/Mistral/Qwen `layers`, GPT-2 `h`)."""
+    return _layers_slot(model)[1]
 
 
 def cache_start(model: torch.nn.Module) -> tuple[int | None, str]:
@@ -69,7 +66,7 @@ def cache_start(model: torch.nn.Module) -> tuple[int | None, str]:
         # the layer loop picks each layer's mask by its position in the loop, which the cut would shift
         return None, "config.layer_types differ between the top blocks and the first ones"
     frozen = [m for block in layers[:k] for m in block.modules()]
-    frozen += [m for n, m in model.base_model.named_children() if n != _layers_attr(model)]
+    frozen += [m for n, m in model.base_model.named_children() if n != _layers_slot(model)[0]]
     if any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in frozen) or any(
         float(getattr(model.config, a, 0.0) or 0.0) > 0 for a in ("attention_dropout", "hidden_dropout")
     ):
@@ -109,8 +106,7 @@ def pad_states(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 def top_hidden(model: torch.nn.Module, k: int, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The last hidden state (after the final norm) from `states` entering block `k`: blocks k.. only."""
     base = model.base_model
-    name = _layers_attr(model)
-    full = getattr(base, name)
+    name, full = _layers_slot(model)
     setattr(base, name, torch.nn.ModuleList(list(full)[k:]))  # the same block objects: their weights and hooks
     try:
         return base(inputs_embeds=states, attention_mask=attention_mask, use_cache=False).last_hidden_state

@@ -40,7 +40,6 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     import gymnasium as gym
 
     import eppo_envs
-    from eppo_envs.core.registry import task_spec
 
     for module in cfg.env.imports:
         try:
@@ -51,16 +50,23 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     for i, t in enumerate(cfg.env.tasks):
         if t.id not in gym.registry:
             raise ConfigError(f"env.tasks.{i}.id: unknown task {t.id!r} (registered: {', '.join(eppo_envs.tasks())})")
-        try:
-            label = t.name or task_spec(t.id).task
-        except KeyError:
-            label = t.name or t.id.split("/")[-1]
+        label = t.name or task_label(t.id)
         if label in labels:
             raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
         labels.add(label)
         env_id = task_variant(t.id, label, t.kwargs, t.max_turns) if t.name or t.kwargs or t.max_turns else t.id
         slots.append(TaskSlot(t, env_id, label))
     return slots
+
+
+def task_label(env_id: str) -> str:
+    """A registered id's task name ("alfworld"), or the id's last part for an env registered outside EPPO."""
+    from eppo_envs.core.registry import task_spec
+
+    try:
+        return task_spec(env_id).task
+    except KeyError:
+        return env_id.split("/")[-1]
 
 
 def task_variant(task_id: str, label: str, kwargs: dict[str, Any], max_turns: int | None = None) -> str:
