@@ -76,7 +76,8 @@ def token_logprobs_entropy(
 
     Token t is predicted from the hidden state at t-1; only masked positions reach the vocab projection.
     """
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    # use_cache=False: a training forward never decodes further, so the KV cache HF builds by default is dead weight
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad)
 
 
