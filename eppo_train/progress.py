@@ -96,6 +96,10 @@ class Progress:
 
         return on_tick
 
+    def note(self, text: str) -> None:
+        """A line of its own: a decision the run made that its reader should see."""
+        self._line(text)
+
     def skip(self, stage: str) -> None:
         self._line(f"{self._pos(stage)}: already done (resumed run)")
 

@@ -91,6 +91,10 @@ def build_record(run, cfg: Config, start: dict, metrics: list[dict], report: dic
 
 
 START_FILE = "start-model.json"  # the start model's evaluation: not a run, the baseline every run is paired with
+# A machine whose SFT comes out with other weights (CPU kernels differ between machines: the same demos and loss
+# curve gave another sha256 on a new machine) evaluates its own start model into `start-model-<sha12>.json`, and
+# the report pairs each run with the start model it began from.
+START_PREFIX = "start-model"
 
 
 def _evaluation(report: dict) -> dict[str, Any]:
@@ -115,9 +119,25 @@ def start_record(start: dict, report: dict, *, command: str, started: float, eva
     }
 
 
-def load_start(results: Path) -> dict | None:
-    path = Path(results) / START_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+def start_key(start: dict) -> str:
+    """Which start model a record began from: its weights' sha256 (12 hex digits), or a named model's name."""
+    return start.get("sha256", "")[:12] or f"named model {start.get('model')}"
+
+
+def start_path(results: Path, start: dict) -> Path:
+    """Where this start model's evaluation lives: `start-model.json` for the study's first start model,
+    `start-model-<sha12>.json` for another one."""
+    first = Path(results) / START_FILE
+    if not first.exists() or start_key(json.loads(first.read_text())["start_model"]) == start_key(start):
+        return first
+    return Path(results) / f"{START_PREFIX}-{start_key(start)}.json"
+
+
+def load_starts(results: Path) -> dict[str, dict]:
+    """Every start model's evaluation in `results`, by `start_key`; the study's first start model first."""
+    paths = sorted(Path(results).glob(f"{START_PREFIX}*.json"), key=lambda p: (p.name != START_FILE, p.name))
+    records = (json.loads(p.read_text()) for p in paths)
+    return {start_key(r["start_model"]): r for r in records}
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -136,7 +156,7 @@ def load_results(results: Path) -> list[dict]:
     """Every `<name>.json` result file in `results` (plan.json aside), sorted by name."""
     out = []
     for path in sorted(Path(results).glob("*.json")):
-        if path.name in ("plan.json", START_FILE):
+        if path.name == "plan.json" or path.name.startswith(START_PREFIX):
             continue
         try:
             data = json.loads(path.read_text())

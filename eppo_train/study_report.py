@@ -18,7 +18,7 @@ from pathlib import Path
 
 from eppo_train.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff
 from eppo_train.study_plots import entropy_figure, eps_figure, success_figure
-from eppo_train.study_record import START_FILE, ResultError, load_plan, load_results, load_start
+from eppo_train.study_record import START_FILE, ResultError, load_plan, load_results, load_starts, start_key
 
 MAIN_LOSSES = ("grpo", "dapo", "eppo", "clip_cov", "kl_cov")
 REQUIRED = ("grpo", "dapo", "eppo", "clip_cov")  # the acceptance bar: >= 3 seeds each
@@ -155,18 +155,28 @@ def _paired_table(base_name: str, base: list[dict] | Callable[[list[dict]], list
     return [*lines, ""], found
 
 
-def _start_rows(start: dict, tasks: list[str]) -> list[str]:
-    """The start model's row for the success table (one evaluation: no spread, no training events)."""
-    cells = [f"{_success(start, t):.2f}" if t in start["evaluation"]["tasks"] else "–" for t in tasks]
-    mean = _mean_success(start, tasks) if all(t in start["evaluation"]["tasks"] for t in tasks) else float("nan")
-    return ["| start model (before RL) | – | " + " | ".join(cells) + f" | **{mean:.2f}** | – | – |"]
+def _start_rows(starts: dict[str, dict], tasks: list[str]) -> list[str]:
+    """The start models' rows for the success table (one evaluation each: no spread, no training events)."""
+    rows = []
+    for key, start in starts.items():
+        cells = [f"{_success(start, t):.2f}" if t in start["evaluation"]["tasks"] else "–" for t in tasks]
+        mean = _mean_success(start, tasks) if all(t in start["evaluation"]["tasks"] for t in tasks) else float("nan")
+        label = "start model (before RL)" if len(starts) == 1 else f"start model `{key}` (before RL)"
+        rows.append(f"| {label} | – | " + " | ".join(cells) + f" | **{mean:.2f}** | – | – |")
+    return rows
 
 
-def _gain_table(start: dict, groups: dict[str, list[dict]], tasks: list[str]) -> list[str]:
-    """What RL added: every run against the start model on the same instances (the start's outcomes paired with
-    each seed's), through the same paired bootstrap as the comparison with grpo."""
-    return _paired_table("start", lambda runs: [dict(start, seed=r["seed"]) for r in runs], groups, tasks,
-                         "## What RL added: each loss against the start model (same instances)")[0]
+def _gain_table(starts: dict[str, dict], groups: dict[str, list[dict]], tasks: list[str]) -> list[str]:
+    """What RL added: every run against the start model it began from, on the same instances (the start's outcomes
+    paired with each seed's), through the same paired bootstrap as the comparison with grpo. A run whose start
+    model has no evaluation is left out of this table."""
+    def bases(runs: list[dict]) -> list[dict]:
+        return [dict(starts[k], seed=r["seed"]) for r in runs if (k := start_key(r["start_model"])) in starts]
+
+    title = "## What RL added: each loss against the start model (same instances)"
+    if len(starts) > 1:
+        title += "\n\nEach run is paired with the start model it began from (its weights' sha256)."
+    return _paired_table("start", bases, groups, tasks, title)[0]
 
 
 def _run_mean(run: dict, key: str) -> float | None:
@@ -296,12 +306,12 @@ def write_report(results_dir: Path, report: Path) -> Path:
         ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
         text += _setup(results, tasks)
         table = _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
-        start = load_start(results_dir)
-        if start is not None:
-            table[4:4] = _start_rows(start, tasks)  # first under the header: the row every loss starts from
+        starts = load_starts(results_dir)
+        if starts:
+            table[4:4] = _start_rows(starts, tasks)  # first under the header: the rows every loss starts from
         text += table
-        if start is not None:
-            text += _gain_table(start, main, tasks)
+        if starts:
+            text += _gain_table(starts, main, tasks)
         else:
             text += [f"(No `{START_FILE}`: the start model has not been evaluated, so what RL added is not shown.)",
                      ""]

@@ -221,3 +221,35 @@ def test_a_field_added_later_with_default_none_is_not_a_change_but_a_list_item_i
     assert all(flat_now.get(k) == flat_then.get(k) for k in flat_now if k != "sft.tasks_from")
     moved = {"env": {"tasks": [{"id": "a", "max_turns": 6}]}}
     assert _flat(moved)["env.tasks.0.max_turns"] != flat_then["env.tasks.0.max_turns"]
+
+
+def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
+    """A machine whose SFT came out with other weights evaluates its own start model (start-model-<sha12>.json);
+    the report pairs every run with its own start, not with the first one."""
+    from eppo_train.study_record import START_FILE, load_results, load_starts, start_path
+    from eppo_train.study_report import write_report
+
+    results = tmp_path / "study"
+    old = _result("grpo", 0, {"a": [1, 1, 0, 0]}, [[]], [0])
+    new = _result("grpo", 1, {"a": [1, 1, 1, 0]}, [[]], [0])
+    new["start_model"] = dict(new["start_model"], sha256="cd" * 32)
+    _write(results, [old, new], plan=["grpo-seed0", "grpo-seed1"])
+
+    def start_of(run: dict, won: list[int]) -> dict:
+        rec = _result("start-model", 0, {"a": won}, [[]], [0])
+        return {"schema": 1, "name": "start-model", "start_model": run["start_model"], "evaluation": rec["evaluation"]}
+
+    assert start_path(results, old["start_model"]).name == START_FILE  # no start evaluated yet: the first file
+    (results / START_FILE).write_text(json.dumps(start_of(old, [0, 0, 0, 0])))
+    assert start_path(results, old["start_model"]).name == START_FILE
+    other = start_path(results, new["start_model"])
+    assert other.name == "start-model-" + "cd" * 6 + ".json"
+    other.write_text(json.dumps(start_of(new, [1, 1, 1, 0])))
+
+    assert [r["name"] for r in load_results(results)] == ["grpo-seed0", "grpo-seed1"]  # start files are not runs
+    assert list(load_starts(results)) == ["ab" * 6, "cd" * 6]
+    text = write_report(results, tmp_path / "study.md").read_text()
+    # seed 0 gained +0.50 over its start (0 -> 2 of 4); seed 1 gained 0 over its own (3 -> 3), not +0.75 over the first
+    assert "| grpo | 2 |" in text and "0: +0.50 1: +0.00" in text
+    assert f"| start model `{'ab' * 6}` (before RL) |" in text and f"| start model `{'cd' * 6}` (before RL) |" in text
+    assert "the runs did not all start from the same weights" in text
