@@ -99,7 +99,12 @@ def _survivors(seen: list[psutil.Process], sid: int) -> list[psutil.Process]:
     return survivors
 
 
-def _finish(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+# How long a stage may take before the test calls the command hung. A deadline, not a speed check: under a load of
+# 5+ on 2 cores a tiny Ray run took over 300 s to finish its first iteration (it takes ~30 s idle).
+HUNG_S = 900
+
+
+def _finish(args: list[str], cwd: Path, timeout: float = HUNG_S) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -110,7 +115,7 @@ def test_ctrl_c_during_eppo_train_with_ray_then_resume(tmp_path: Path):
     cmd = Command(["eppo_train.cli", "--config", "tiny", "--set", f"run.out_dir={tmp_path / 'runs'}",
                    "--set", "sft.steps=0", "--set", "run.iterations=3", "--set", "run.plots=false",
                    "--set", "ray.enabled=true"], tmp_path)
-    cmd.wait_for(lambda: (run / "latest").exists(), timeout=300)  # one iteration done and saved
+    cmd.wait_for(lambda: (run / "latest").exists(), timeout=HUNG_S)  # one iteration done and saved
     rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
     assert rc == 130, cmd.err[-3000:]
     assert re.fullmatch(rf"eppo-train: interrupted at {re.escape(str(run))}, iteration \d/3; "
@@ -133,7 +138,7 @@ def test_sigterm_during_the_pipeline_then_resume(tmp_path: Path):
                    "--set", "evaluation.episodes=3", "--set", "evaluation.max_turns=2", "--set", "run.plots=false"],
                   tmp_path)
     state = run / "pipeline.json"
-    cmd.wait_for(lambda: state.exists() and "eval_sft" in json.loads(state.read_text())["done"], timeout=300)
+    cmd.wait_for(lambda: state.exists() and "eval_sft" in json.loads(state.read_text())["done"], timeout=HUNG_S)
     before = json.loads(state.read_text())["done"]
     rc, line, survivors = cmd.interrupt(signal.SIGTERM, group=False)
     assert rc == 130, cmd.err[-3000:]
