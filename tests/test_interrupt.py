@@ -100,7 +100,7 @@ def _survivors(seen: list[psutil.Process], sid: int) -> list[psutil.Process]:
 
 
 # How long a stage may take before the test calls the command hung. A deadline, not a speed check: under a load of
-# 5+ on 2 cores a tiny Ray run took over 300 s to finish its first iteration (it takes ~30 s idle).
+# 5+ on 2 cores (a study run and a CI rehearsal beside it) a tiny Ray run took over 300 s to its first iteration.
 HUNG_S = 900
 
 
