@@ -194,14 +194,14 @@ def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPath
                    engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
     """The start model on the same evaluation set (`start-model.json`, once): what every run's RL adds to it."""
     from eppo_train.pipeline import evaluate_model
-    from eppo_train.study_record import START_FILE, start_path, start_record, write_json_atomic
+    from eppo_train.study_record import START_FILE, start_key, start_path, start_record, write_json_atomic
 
     path = start_path(paths.results, start)
     if path.exists():
         progress.skip("start model")
         return path
     if path.name != START_FILE:
-        progress.note(f"start model: its weights ({start.get('sha256', '')[:12]}) are not the ones {START_FILE} "
+        progress.note(f"start model: its weights ({start_key(start)}) are not the ones {START_FILE} "
                      f"evaluated (this machine's SFT came out different): evaluating it into {path.name}")
     t0, load0 = time.time(), os.getloadavg()
     progress.start("start model")

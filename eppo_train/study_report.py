@@ -99,8 +99,7 @@ def _setup(results: list[dict], tasks: list[str]) -> list[str]:
     r0 = results[0]
     cfg = r0["config"]
     episodes = sorted({r["training_episodes"] for r in results})
-    starts = sorted({r["start_model"].get("sha256", "")[:12] or f"named model {r['start_model'].get('model')}"
-                     for r in results})
+    starts = sorted({start_key(r["start_model"]) for r in results})
     it_s = [it["iteration_time_s"] for r in results for it in r["iterations"] if it.get("iteration_time_s")]
     lines = [
         "## Setup",
