@@ -12,6 +12,9 @@ metrics all call these.
 - `paired_bootstrap_diff`: the interval of mean(b) - mean(a) when a[i] and b[i] are the same instance (same task,
   same seed) scored at two stages. Resampling the instances, not each side separately, removes the
   between-instance variance that both stages share, so a real improvement is seen with far fewer episodes.
+- `t_interval`: a Student-t interval for the mean of a few independent values, one per training seed. The
+  bootstraps above resample evaluation instances and take the seeds as given; this one treats each seed as one
+  draw, so it carries the spread between training runs (wide with 3 seeds, as it should be).
 
 Bootstraps are seeded (default seed 0, 10,000 resamples), so a report is the same number every time it is written.
 """
@@ -114,6 +117,19 @@ def stratified_bootstrap_mean(groups: Sequence[Sequence[float]], level: float = 
         means += x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
     lo, hi = _percentile(means / len(xs), level)
     return Interval(m, lo, hi)
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> Interval | None:
+    """Mean of independent values (one per training seed) and its Student-t interval; None under two values, where
+    a spread cannot be estimated."""
+    from scipy.stats import t  # imported here: only the study's report needs it
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        return None
+    m = float(x.mean())
+    half = float(t.ppf(0.5 + level / 2, df=x.size - 1)) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return Interval(m, m - half, m + half)
 
 
 def episode_stats(episodes: Sequence) -> dict[str, float]:

@@ -4,8 +4,11 @@ Success is each run's final greedy evaluation (seeds 0..N-1 of every task's eval
 seeds. A loss is compared with `grpo` run by run on the same training seed and, inside it, the same evaluation
 instance: the per-instance differences of every (seed, instance) pair of a task go through the stratified paired
 bootstrap of `eppo_train.stats` (tasks weigh equally), so the interval is that of the mean success difference over
-tasks. It treats the seeds as given (evaluation noise and pooled seeds), so the per-seed differences are listed
-beside it. The EPPO ablation is compared the same way with the main `eppo` runs.
+tasks. That interval treats the seeds as given (evaluation noise on pooled seeds); beside it stand the per-seed
+differences and a Student-t interval over them, which treats each training seed as one draw and so carries the
+spread between training runs. A claim counts as shown only where both intervals exclude 0. A pair whose two runs
+began from different start weights (another machine's SFT) is marked. The EPPO ablation is compared the same way
+with the main `eppo` runs.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from eppo_train.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff
+from eppo_train.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff, t_interval
 from eppo_train.study_plots import entropy_figure, eps_figure, success_figure
 from eppo_train.study_record import START_FILE, ResultError, load_plan, load_results, load_starts, start_key
 
@@ -31,7 +34,13 @@ class Paired:
     overall: Interval  # mean over tasks of the success difference (other - base)
     per_task: dict[str, Interval]
     per_seed: dict[int, float]
+    over_seeds: Interval | None  # Student-t over per_seed: the spread between training runs (None under 2 seeds)
     tasks_skipped: list[str]  # instances did not line up (another evaluation set)
+    other_start: list[int]  # seeds whose two runs began from different start weights
+
+    def shown(self) -> bool:
+        """Both intervals exclude 0 (the seed-level one wherever there are seeds enough to have it)."""
+        return self.overall.excludes_zero() and (self.over_seeds is None or self.over_seeds.excludes_zero())
 
 
 def _ms(values: list[float]) -> str:
@@ -85,13 +94,28 @@ def paired(base: list[dict], other: list[dict], tasks: list[str]) -> Paired | No
         per_task[t] = paired_bootstrap_diff(a, b)
     used = [t for t in tasks if t not in skipped]
     per_seed = {s: _mean_success(b_by[s], used) - _mean_success(a_by[s], used) for s in seeds} if used else {}
-    return Paired(seeds, paired_bootstrap_mean_diff(groups), per_task, per_seed, skipped)
+    other_start = [s for s in seeds if start_key(a_by[s]["start_model"]) != start_key(b_by[s]["start_model"])]
+    return Paired(seeds, paired_bootstrap_mean_diff(groups), per_task, per_seed, t_interval(list(per_seed.values())),
+                  skipped, other_start)
 
 
 def _word(iv: Interval) -> str:
     if not iv.excludes_zero():
         return "no detectable difference (the interval contains 0)"
     return "higher" if iv.estimate > 0 else "lower"
+
+
+def _fmt(iv: Interval | None) -> str:
+    return "–" if iv is None else iv.fmt(2, signed=True)
+
+
+def _judged(p: Paired) -> str:
+    """One clause on both intervals of a comparison."""
+    pooled = f"{p.overall.fmt(2, signed=True)} on the pooled instances: {_word(p.overall)}"
+    if p.over_seeds is None:
+        return (f"{pooled} (only {len(p.seeds)} training seed: the interval covers evaluation noise, not the spread "
+                f"between training runs)")
+    return f"{pooled}; over the {len(p.seeds)} seeds {p.over_seeds.fmt(2, signed=True)}: {_word(p.over_seeds)}"
 
 
 # ---------------------------------------------------------------------------- the sections
@@ -139,18 +163,23 @@ def _paired_table(base_name: str, base: list[dict] | Callable[[list[dict]], list
                   others: dict[str, list[dict]], tasks: list[str], title: str) -> tuple[list[str], dict[str, Paired]]:
     """Each group of `others` against `base` (runs, or a function of the group's runs giving their base runs)."""
     found: dict[str, Paired] = {}
-    head = ["run group", "paired seeds", f"mean − {base_name} [95%]", *tasks, "per seed"]
-    lines = [title, "", "| " + " | ".join(head) + " |", "|---|---:|---:|" + "---:|" * (len(tasks) + 1)]
+    head = ["run group", "paired seeds", f"mean − {base_name} [95%]", "over seeds [95%, t]", *tasks, "per seed"]
+    lines = [title, "", "| " + " | ".join(head) + " |", "|---|---:|---:|---:|" + "---:|" * (len(tasks) + 1)]
+    marked = False
     for g, runs in others.items():
         p = paired(base(runs) if callable(base) else base, runs, tasks)
         if p is None:
-            lines.append(f"| {g} | – | no seed in common with {base_name} |" + " |" * len(tasks) + " |")
+            lines.append(f"| {g} | – | no seed in common with {base_name} |" + " |" * (len(tasks) + 1) + " |")
             continue
         found[g] = p
         cells = [p.per_task[t].fmt(2, signed=True) if t in p.per_task else "instances differ" for t in tasks]
-        seeds = " ".join(f"{s}: {d:+.2f}" for s, d in p.per_seed.items())
-        lines.append(f"| {g} | {len(p.seeds)} | **{p.overall.fmt(2, signed=True)}** | " + " | ".join(cells)
-                     + f" | {seeds} |")
+        seeds = " ".join(f"{s}: {d:+.2f}" + ("†" if s in p.other_start else "") for s, d in p.per_seed.items())
+        marked = marked or bool(p.other_start)
+        lines.append(f"| {g} | {len(p.seeds)} | **{p.overall.fmt(2, signed=True)}** | {_fmt(p.over_seeds)} | "
+                     + " | ".join(cells) + f" | {seeds} |")
+    if marked:
+        lines += ["", "† the two runs of this seed began from different start weights (the start-model rows of the "
+                  "first table show how far apart those are)."]
     return [*lines, ""], found
 
 
@@ -237,28 +266,31 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
     if flat:
         lines.append(f"- Every run scored the same on {', '.join(flat)}: these tasks cannot separate the losses.")
     for g, p in vs_grpo.items():
-        caveat = (f" (only {len(p.seeds)} training seed(s): the interval covers evaluation noise, not the spread "
-                  f"between training seeds)" if len(p.seeds) < MIN_SEEDS else "")
-        lines.append(f"- {g} vs grpo ({len(p.seeds)} paired seeds): mean success {p.overall.fmt(2, signed=True)}: "
-                     f"{_word(p.overall)}{caveat}.")
+        lines.append(f"- {g} vs grpo ({len(p.seeds)} paired seeds): mean success {_judged(p)}.")
     grpo, eppo = groups.get("grpo", []), groups.get("eppo", [])
     if grpo and eppo:
         gs, es = [r["spikes"] for r in grpo], [r["spikes"] for r in eppo]
         gc = [r["crossovers"] for r in grpo]
         lines.append(f"- Entropy under grpo: {statistics.fmean(gc):.1f} crossovers and {statistics.fmean(gs):.1f} "
                      f"spikes per run; under eppo {statistics.fmean(es):.1f} spikes per run.")
+        if not any(r["crossovers"] for r in runs):
+            lines.append("- No run of any loss had an entropy crossover: the back-and-forth between tasks that the "
+                         "claim starts from did not arise here, so pacing had no crossover to prevent.")
         fewer = statistics.fmean(es) < statistics.fmean(gs)
-        beats = ("eppo" in vs_grpo and vs_grpo["eppo"].overall.lo > 0)
+
+        def above(p: Paired | None) -> bool:
+            return p is not None and p.shown() and p.overall.estimate > 0
+
+        beats = above(vs_grpo.get("eppo"))
         if "dapo" in groups:
             dp = paired(groups["dapo"], eppo, tasks)
-            beats = beats and dp is not None and dp.overall.lo > 0
+            beats = beats and above(dp)
             if dp is not None:
-                lines.append(f"- eppo vs dapo ({len(dp.seeds)} paired seeds): {dp.overall.fmt(2, signed=True)}: "
-                             f"{_word(dp.overall)}.")
+                lines.append(f"- eppo vs dapo ({len(dp.seeds)} paired seeds): {_judged(dp)}.")
         claim = "supported" if (beats and fewer) else "not supported"
         rivals = "grpo and dapo" if "dapo" in groups else "grpo"
         lines += ["", f"**The claim** (EPPO has fewer entropy spikes than grpo and higher success than {rivals}, "
-                  f"intervals above 0) is **{claim}** by this data"
+                  f"both intervals above 0) is **{claim}** by this data"
                   + (" (preliminary: runs are missing)." if missing or short else ".")]
         if claim == "not supported":
             lines.append("Seeing an effect would need tasks whose success after SFT is neither 0 nor 1 on every "

@@ -1,4 +1,5 @@
-"""stats.py against hand-computed values: Wilson, the percentile bootstrap, the paired and stratified bootstraps."""
+"""stats.py against hand-computed values: Wilson, the percentile bootstrap, the paired and stratified bootstraps,
+the t interval over seeds."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from eppo_train.stats import (
     paired_bootstrap_diff,
     paired_bootstrap_mean_diff,
     stratified_bootstrap_mean,
+    t_interval,
     wilson,
 )
 
@@ -82,3 +84,15 @@ def test_stratified_mean_over_tasks_weighs_tasks_equally():
     assert gain.estimate == 0.25 and gain.excludes_zero()
     with pytest.raises(ValueError, match="same length"):
         paired_bootstrap_diff([0.0, 1.0], [1.0])
+
+
+def test_t_interval_over_three_seeds_by_hand():
+    # per-seed differences -0.18, -0.03, +0.06: mean -0.05, sd sqrt(0.0294 / 2) = 0.12124, t(0.975, 2) = 4.3027,
+    # half-width 4.3027 * 0.12124 / sqrt(3) = 0.30118
+    iv = t_interval([-0.18, -0.03, 0.06])
+    assert iv is not None and iv.estimate == pytest.approx(-0.05)
+    assert iv.lo == pytest.approx(-0.35118, abs=1e-4) and iv.hi == pytest.approx(0.25118, abs=1e-4)
+    assert not iv.excludes_zero()
+    # a consistent gain over seeds is seen; one seed has no spread to estimate
+    assert t_interval([0.07, 0.11, 0.11]).excludes_zero()
+    assert t_interval([0.04]) is None and t_interval([]) is None

@@ -122,6 +122,11 @@ def test_report_from_hand_made_result_files(tmp_path: Path):
     assert p.per_task["b"].lo == p.per_task["b"].hi == 0.0  # no instance differs: a zero-width interval
     assert p.overall.estimate == pytest.approx(0.125)
     assert p.per_seed == {0: pytest.approx(0.125), 1: pytest.approx(0.125)}
+    # the same gain on both seeds: no spread between seeds, a zero-width t interval; both runs of a seed began from
+    # the same weights, so no pair is marked; shown() needs the pooled interval too, and it reaches 0 here
+    assert p.over_seeds is not None and p.over_seeds.lo == pytest.approx(0.125) == p.over_seeds.hi
+    assert p.other_start == [] and p.over_seeds.excludes_zero() and not p.overall.excludes_zero()
+    assert not p.shown()
     # differences in {0, 1} on 2 of 8 instances of task a: the resampled mean over tasks stays in [0, 0.5]
     assert 0.0 <= p.overall.lo < 0.125 < p.overall.hi <= 0.5
 
@@ -251,5 +256,7 @@ def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
     text = write_report(results, tmp_path / "study.md").read_text()
     # seed 0 gained +0.50 over its start (0 -> 2 of 4); seed 1 gained 0 over its own (3 -> 3), not +0.75 over the first
     assert "| grpo | 2 |" in text and "0: +0.50 1: +0.00" in text
+    # gains +0.50 and 0 over two seeds: t(0.975, 1) = 12.706, sd 0.35355, half-width 12.706 * 0.35355 / sqrt(2)
+    assert "| +0.25 [-2.93, +3.43] |" in text
     assert f"| start model `{'ab' * 6}` (before RL) |" in text and f"| start model `{'cd' * 6}` (before RL) |" in text
     assert "the runs did not all start from the same weights" in text
