@@ -61,21 +61,32 @@ def run(model: torch.nn.Module, cache: bool, algo: str = "eppo", steps: int = 2)
 
 @pytest.mark.parametrize("algo", ["eppo", "grpo"])
 def test_cached_update_equals_the_full_forward(algo):
+    """Equal up to float rounding, not bit for bit: the cached path runs the frozen blocks on other batch shapes,
+    and on some CPUs (seen on an AMD EPYC host, 2026-12-02) the kernels then round differently (loss ~1e-8 apart).
+    AdamW turns such noise on near-zero gradient entries into updates that differ by a part in 1e4, so the weights
+    are compared by their update, and steps after the first (which see those weights) with a looser tolerance. A
+    real error in the cached path (GPT-2's doubled position embeddings, below) is off by far more than these."""
     on, on_reports = run(llama(), cache=True, algo=algo)
     off, off_reports = run(llama(), cache=False, algo=algo)
     assert on.cache_from == LAYERS - TOP and on._cache_checked and off.cache_from is None
-    for a, b in zip(on_reports, off_reports, strict=True):
+    for step, (a, b) in enumerate(zip(on_reports, off_reports, strict=True)):
+        rel = 1e-5 if step == 0 else 5e-4
         for key in ("loss", "grad_norm", "learner_tokens"):
-            assert a.metrics[key] == pytest.approx(b.metrics[key], rel=1e-5, abs=1e-7), key
+            assert a.metrics[key] == pytest.approx(b.metrics[key], rel=rel, abs=1e-7), (step, key)
         assert set(a.per_task) == set(b.per_task) == {"even", "odd"}
         for task in a.per_task:
             for key, value in a.per_task[task].items():
-                assert value == pytest.approx(b.per_task[task][key], rel=1e-5, abs=1e-7), (task, key)
+                assert value == pytest.approx(b.per_task[task][key], rel=rel, abs=1e-7), (step, task, key)
     moved = 0
     before = llama().state_dict()
     for (name, p), (_, q) in zip(on.model.named_parameters(), off.model.named_parameters(), strict=True):
-        assert torch.allclose(p, q, rtol=1e-5, atol=1e-6), name
-        moved += not torch.equal(p, before[name])
+        step_on, step_off = p.detach() - before[name], q.detach() - before[name]
+        if not torch.any(step_off):
+            assert not torch.any(step_on), name  # frozen either way
+            continue
+        moved += 1
+        # measured up to 7e-5 across machines (the update itself is ~lr = 1e-2 per entry)
+        assert (step_on - step_off).norm() <= 1e-3 * step_off.norm(), name
     assert moved > 0  # the update did something (lr 1e-2, two steps x two epochs x two mini-batches)
 
 
