@@ -65,7 +65,7 @@ def test_cached_update_equals_the_full_forward(algo):
     and on some CPUs (seen on an AMD EPYC host, 2026-12-02) the kernels then round differently (loss ~1e-8 apart).
     AdamW turns such noise on near-zero gradient entries into updates that differ by a part in 1e4, so the weights
     are compared by their update, and steps after the first (which see those weights) with a looser tolerance. A
-    real error in the cached path (GPT-2's doubled position embeddings, below) is off by far more than these."""
+    cached path that is really wrong is refused up front by the learner's own comparison (the GPT-2 test below)."""
     on, on_reports = run(llama(), cache=True, algo=algo)
     off, off_reports = run(llama(), cache=False, algo=algo)
     assert on.cache_from == LAYERS - TOP and on._cache_checked and off.cache_from is None
