@@ -27,6 +27,7 @@ CONTEXT_KINDS = ("full", "window")  # env.tasks[].context
 PACING_VARIANTS = ("both", "high", "low", "target")  # pacing.variant (pacing.py)
 LOSS_AGGS = ("token_mean", "seq_mean")  # algo.loss_agg (losses.token_weights)
 BACKENDS = ("vllm", "hf")  # model.backend
+TRAIN_REWARDS = ("env", "won")  # env.tasks[].train_reward
 
 
 @dataclass
@@ -41,6 +42,10 @@ class TaskConfig:
     # a reply's token budget for this task (training and evaluation); None: rollout.max_new_tokens. A task whose
     # answers are long (Code's programs) gets room without letting every other task's replies ramble as long
     max_new_tokens: int | None = None
+    # what the GRPO groups are scored on: "env", the env's own reward; "won", 1 for a won episode and 0 otherwise.
+    # WebShop pays a graded reward for a close-but-wrong product, which RL can raise while success falls
+    # (docs/pipeline.md); "won" trains on success alone. Logs and evaluation always report the env's reward
+    train_reward: str = "env"
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make
 
 
@@ -361,3 +366,5 @@ def validate(cfg: Config) -> None:
         need(t.context != "window" or t.window >= 1, f"env.tasks.{i}.window: must be >= 1, got {t.window}")
         need(t.problems >= 1, f"env.tasks.{i}.problems: must be >= 1")
         need(t.max_new_tokens is None or t.max_new_tokens >= 1, f"env.tasks.{i}.max_new_tokens: must be >= 1")
+        need(t.train_reward in TRAIN_REWARDS,
+             f"env.tasks.{i}.train_reward: {' or '.join(TRAIN_REWARDS)}, got {t.train_reward!r}")

@@ -9,13 +9,14 @@ so they see the same tasks, labels and seeds.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config, ConfigError, TaskConfig
 
 if TYPE_CHECKING:  # the rollout (gymnasium, env pools) loads when a rollout is built, not with the CLI
+    from eppo_train.records import Sample
     from eppo_train.rollout import ContextMode, Problem, RolloutConfig
 
 
@@ -91,6 +92,23 @@ def task_variant(task_id: str, label: str, kwargs: dict[str, Any], max_turns: in
 def reply_tokens(slots: list[TaskSlot]) -> dict[str, int]:
     """env id -> the reply budget of the tasks that set their own (`env.tasks[].max_new_tokens`)."""
     return {s.env_id: s.cfg.max_new_tokens for s in slots if s.cfg.max_new_tokens}
+
+
+def training_rewards(samples: list[Sample], slots: list[TaskSlot]) -> list[Sample]:
+    """The samples as the advantages see them: a task with `train_reward: won` is scored 1 for a won episode and 0
+    otherwise (in window mode the last turn's step reward carries it); every other task keeps the env's reward."""
+    won_only = {s.label for s in slots if s.cfg.train_reward == "won"}
+    if not won_only:
+        return samples
+    out = []
+    for s in samples:
+        if s.task in won_only:
+            meta = dict(s.meta)
+            if "step_reward" in meta:
+                meta["step_reward"] = float(s.won) if s.turn_index == s.num_turns - 1 else 0.0
+            s = replace(s, reward=float(s.won), meta=meta)
+        out.append(s)
+    return out
 
 
 def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int) -> RolloutConfig:

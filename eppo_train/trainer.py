@@ -18,7 +18,7 @@ from pathlib import Path
 from eppo_train.advantages import compute_advantages
 from eppo_train.config import Config, save_config
 from eppo_train.metrics import MetricsWriter
-from eppo_train.tasks import prepare_tasks, rollout_config, train_problems
+from eppo_train.tasks import prepare_tasks, rollout_config, train_problems, training_rewards
 
 
 class RunError(ValueError):
@@ -171,7 +171,7 @@ class Trainer:
         result = run_rollout(workers.policy, pool, train_problems(cfg, self.slots, it),
                              rollout_config(cfg, self.slots, it))
         rollout_s = time.perf_counter() - t0
-        adv = compute_advantages(result.samples, cfg.algo.advantage, cfg.algo.scale_by_std,
+        adv = compute_advantages(training_rewards(result.samples, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
                                  cfg.algo.filter_zero_variance, cfg.algo.advantage_options)
         t1 = time.perf_counter()
         report = workers.train(adv.samples) if adv.samples else None

@@ -66,3 +66,25 @@ def test_estimator_options_are_validated_by_the_estimator():
         compute_advantages(batch, "grpo", options={"gamma": 0.9})
     with pytest.raises(ConfigError, match="algo.advantage: unknown estimator 'nope'"):
         compute_advantages(batch, "nope")
+
+
+def test_train_reward_won_scores_groups_on_success_alone():
+    # WebShop-style graded rewards: 0.9 (close, wrong product) vs 1.0 (won). With train_reward "won" the close miss
+    # counts as a loss, the other task keeps its env reward; the input samples are left as they were
+    from eppo_train.config import TaskConfig
+    from eppo_train.tasks import TaskSlot, training_rewards
+
+    slots = [TaskSlot(TaskConfig(id="eppo/WebShop-v0", train_reward="won"), "w", "webshop"),
+             TaskSlot(TaskConfig(id="eppo/MathTool-v0"), "m", "math")]
+    batch = [sample("webshop", "g", "a", 0.9), sample("webshop", "g", "b", 1.0), sample("math", "h", "c", 0.5)]
+    batch[1].won = True
+    scored = training_rewards(batch, slots)
+    assert [s.reward for s in scored] == [0.0, 1.0, 0.5]
+    assert [s.reward for s in batch] == [0.9, 1.0, 0.5]
+    res = compute_advantages(scored, "grpo", scale_by_std=False)
+    assert [s.advantage for s in res.samples[:2]] == pytest.approx([-0.5, 0.5])
+    # window mode: only the last turn's step reward carries the win
+    turns = [sample("webshop", "g", "a", 0.9, turn=t, turns=2) for t in (0, 1)]
+    for s in turns:
+        s.meta["step_reward"] = 0.45
+    assert [s.meta["step_reward"] for s in training_rewards(turns, slots)] == [0.0, 0.0]

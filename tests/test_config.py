@@ -27,6 +27,7 @@ def test_overrides_are_typed():
     ("rollout.group_size=many", "rollout.group_size: expected a whole number"),
     ("ray.enabled=maybe", "ray.enabled: expected true or false"),
     ("pacing.variant=sideways", "pacing.variant"),
+    ("env.tasks.0.train_reward=graded", "env.tasks.0.train_reward: env or won"),
     ("env.tasks.9.problems=1", "no item '9'"),
     ("learner.lr", "--set expects KEY=VALUE"),
     ("bogus.key=1", "unknown key bogus"),
