@@ -171,11 +171,17 @@ def train_sft(model, samples: list[Sample], steps: int, lr: float, batch_size: i
 
 
 # ---------------------------------------------------------------------------- the stage
+# task settings that never reach the SFT stage (it imitates the experts; the reward RL trains on is not used):
+# left out of the cache key, so adding one does not move the cached model, nor the study's committed start model
+_NOT_SFT_KEYS = frozenset({"train_reward"})
+
+
 def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
     s = to_dict(cfg.sft)
     if not s.get("tasks_from"):
         s.pop("tasks_from", None)  # unset: the key of every setting cached before the field existed
-    tasks = [{k: v for k, v in to_dict(x.cfg).items() if k != "max_new_tokens" or v is not None} for x in slots]
+    tasks = [{k: v for k, v in to_dict(x.cfg).items() if k not in _NOT_SFT_KEYS
+              and (k != "max_new_tokens" or v is not None)} for x in slots]
     key = json.dumps([cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks], sort_keys=True, default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 

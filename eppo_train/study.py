@@ -116,6 +116,15 @@ def _flat(d: dict | list, prefix: str = "") -> dict[str, object]:
     return out
 
 
+def with_defaults(recorded: dict) -> dict:
+    """A recorded config with every setting added since at its default (the behaviour the run had), so that a new
+    option does not mark every committed run as made with other settings; as recorded where it no longer loads."""
+    try:
+        return to_dict(from_dict(recorded))
+    except (ConfigError, TypeError, ValueError):
+        return recorded
+
+
 def stale_results(cfg: Config, plan: list[StudyRun], results: Path, work: Path) -> dict[str, list[str]]:
     """Done runs whose recorded config differs from what this study config would run now: name -> changed keys."""
     stale: dict[str, list[str]] = {}
@@ -125,7 +134,7 @@ def stale_results(cfg: Config, plan: list[StudyRun], results: Path, work: Path) 
             continue
         recorded = json.loads(path.read_text()).get("config", {})
         now = _flat(to_dict(run_config(cfg, run, "", work)))
-        then = _flat(recorded)
+        then = _flat(with_defaults(recorded))
         changed = sorted(k for k in set(now) | set(then) if k not in MACHINE_KEYS and now.get(k) != then.get(k))
         if changed:
             stale[run.name] = changed

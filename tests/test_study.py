@@ -260,3 +260,15 @@ def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
     assert "| +0.25 [-2.93, +3.43] |" in text
     assert f"| start model `{'ab' * 6}` (before RL) |" in text and f"| start model `{'cd' * 6}` (before RL) |" in text
     assert "the runs did not all start from the same weights" in text
+
+
+def test_committed_study_runs_match_the_shipped_study_config():
+    """Every committed run was made with the settings `eppo-train study` would use now: an option added since (at
+    its default, the behaviour those runs had) must not mark them as made with other settings."""
+    from eppo_train.config import load_config
+    from eppo_train.study import ABLATIONS, DEFAULT_ALGOS, make_plan, stale_results
+
+    results = Path(__file__).parents[1] / "docs/results/study"
+    plan = make_plan(list(DEFAULT_ALGOS), 3, list(ABLATIONS), 1)
+    assert all((results / f"{r.name}.json").is_file() for r in plan)
+    assert stale_results(load_config("study"), plan, results, Path("runs/study-study")) == {}
