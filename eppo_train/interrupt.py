@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -39,8 +40,26 @@ def where() -> str:
     return ", ".join(snapshot[k] for k in sorted(snapshot)) or "start-up"
 
 
+RESEND_S = 1.0  # how often a swallowed interrupt is raised again
+_unwinding = threading.Event()  # set once guard() has begun its cleanup (or its body ended)
+_resender: threading.Thread | None = None
+
+
 def _raise_interrupt(signum: int, frame) -> None:
+    global _resender
+    if _resender is None or not _resender.is_alive():
+        _resender = threading.Thread(target=_resend, args=(signum,), name="interrupt-resend", daemon=True)
+        _resender.start()
     raise KeyboardInterrupt
+
+
+def _resend(signum: int) -> None:
+    """Raise the interrupt again every RESEND_S until guard() is cleaning up (it then ignores the signal). Why: code
+    that catches KeyboardInterrupt would otherwise lose it — vLLM's engine start does (its `zmq_socket_ctx` swallows
+    it, then the client waits up to 10 minutes for the engine's ready message): a SIGTERM during `make train`'s first
+    minute went unanswered until the engine had started (measured 2026-12-03: 130 s)."""
+    while not _unwinding.wait(RESEND_S):
+        signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 def children_of(pid: int | None = None) -> list:
@@ -87,13 +106,16 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130."""
     _where.clear()
     reaper.start()  # first: whatever the body starts is watched, even if this process is SIGKILLed
+    _unwinding.clear()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         yield
     except KeyboardInterrupt:
         # Ignore further signals while cleaning up: a second Ctrl-C must not leave half-closed workers behind.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _unwinding.set()
         _quiet_cleanup()
         reap_children()
         sys.stdout.flush()
@@ -102,4 +124,6 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
         # Exit now: interpreter shutdown would run atexit hooks (Ray's, tqdm's) that can print or hang.
         os._exit(EXIT_INTERRUPTED)
     finally:
+        _unwinding.set()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)

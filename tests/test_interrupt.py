@@ -174,3 +174,32 @@ def test_sigterm_before_the_first_checkpoint_says_start_over(tmp_path: Path):
     assert rc == 130 and not survivors and "Traceback" not in cmd.err
     assert "no checkpoint yet; start over with: eppo-train train --config tiny" in line
     assert line.endswith("--set run.overwrite=true")
+
+
+def test_an_interrupt_swallowed_by_a_library_is_raised_again(tmp_path):
+    """vLLM's engine start catches KeyboardInterrupt and goes on waiting for its engine; guard() raises the
+    interrupt again until its own cleanup runs, so the command still ends at once with one line and exit 130."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "swallow.py"
+    script.write_text(
+        "import time\n"
+        "from eppo_train.interrupt import guard\n"
+        "with guard('prog', lambda: 'resume with: nothing'):\n"
+        "    print('ready', flush=True)\n"
+        "    try:\n"
+        "        time.sleep(30)\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass  # what vLLM's zmq_socket_ctx does\n"
+        "    time.sleep(30)\n"
+        "    print('not interrupted', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    proc.terminate()
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "not interrupted" not in out
+    assert err.strip().splitlines()[-1] == "prog: interrupted at start-up; resume with: nothing"
+    assert time.monotonic() - t0 < 10
