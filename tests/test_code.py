@@ -27,7 +27,7 @@ def expert_wins(env, indices):
 def test_problem_sets():
     assert len(humaneval_problems()) == 164
     generated = generated_problems()
-    assert len(generated) >= 500 and {p.level for p in generated} == {1, 2, 3}
+    assert len(generated) >= 500 and {p.level for p in generated} == {1, 2, 3, 4}
     assert len({p.entry_point for p in generated}) == len(generated)
     assert generated == tuple(generated_problems.__wrapped__())  # deterministic
     assert len(FAMILIES) >= 10
@@ -39,10 +39,40 @@ def test_all_humaneval_canonical_solutions_pass():
 
 
 def test_generated_sample_expert_wins_at_every_level():
-    for level in (1, 2, 3):
+    for level in (1, 2, 3, 4):
         env = eppo_envs.make("eppo/Code-v0", split="train", level=level)
         assert env.unwrapped.num_instances("train") == 200
         assert expert_wins(env, range(0, 200, 40)) == []
+
+
+def _passes(code: str, entry_point: str, tests: str) -> bool:
+    namespace: dict = {}
+    try:  # the generator's own reference bodies, not model output: run here, without the sandbox
+        exec(code, namespace)
+        exec(tests, namespace)
+        namespace["check"](namespace[entry_point])
+    except Exception:
+        return False
+    return True
+
+
+def test_level_4_tests_reject_every_other_problem_of_the_family():
+    """A level-4 body is drawn step by step, so a near miss (one step wrong) is another problem of the same family:
+    each problem's hidden tests must reject every other problem's body that differs from its own."""
+    by_family: dict[str, list] = {}
+    for problem in generated_problems():
+        if problem.level == 4:
+            by_family.setdefault(problem.entry_point.rsplit("_", 1)[0], []).append(problem)
+    assert len(by_family) == 4 and all(len(problems) == 50 for problems in by_family.values())
+    accepted = []
+    for problems in by_family.values():
+        bodies = [p.reference[len(p.prompt):] for p in problems]
+        for problem, own in zip(problems, bodies, strict=True):
+            assert _passes(problem.reference, problem.entry_point, problem.tests), problem.key
+            for body in set(bodies) - {own}:
+                if _passes(problem.prompt + body, problem.entry_point, problem.tests):
+                    accepted.append((problem.key, body))
+    assert accepted == []
 
 
 def test_wrong_solution_gets_failing_test_then_runs_out():

@@ -1,8 +1,14 @@
 """Generated training problems: small function-writing tasks from templates, with reference solutions and hidden
-tests, at three difficulty levels. Deterministic: problem `i` of a family is a pure function of (family, i).
+tests, at four difficulty levels. Deterministic: problem `i` of a family is a pure function of (family, i).
 
 Each `Family` turns random parameters into a signature, a docstring, a reference body and test inputs; expected
 outputs are computed by running the (trusted) reference here, so tests and reference cannot disagree.
+
+Levels 1-3 fill one fixed body shape per family with parameters, so a model that has seen a few solutions of a
+family solves the rest (SmolLM2-135M after the pipeline's SFT: 0.97 on levels 2-3). Level 4 composes two or three
+steps drawn per problem (a filter, a map and a reduction; a chain of string edits; a piecewise function; an
+element-wise pairing under a condition): the body's shape changes from problem to problem and has to be read
+from the docstring.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class Family:
     doc: str  # docstring, formatted with params
     body: str  # reference body (indented 4 spaces), formatted with params
     inputs: Callable[[random.Random, dict], tuple]  # one test's positional arguments
+    tests: int = TESTS_PER_PROBLEM  # hidden tests per problem
 
 
 def _ints(rng: random.Random, n: int, lo: int = -50, hi: int = 50) -> list[int]:
@@ -87,6 +94,117 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+def _draw(rng: random.Random, options: tuple[tuple[str, str], ...], k: int) -> list[tuple[str, str]]:
+    return rng.sample(options, k)
+
+
+def _fill(pair: tuple[str, str], **values) -> tuple[str, str]:
+    text, code = pair
+    return text.format(**values), code.format(**values)
+
+
+# Level 4's steps: (the docstring's words, the reference's code), with format fields drawn per problem
+_KEEP = (("greater than {t}", "x > {t}"), ("less than {t}", "x < {t}"), ("even", "x % 2 == 0"),
+         ("odd", "x % 2 == 1"), ("divisible by {k}", "x % {k} == 0"), ("not equal to {t}", "x != {t}"))
+_MAP = (("add {m} to each", "x + {m}"), ("multiply each by {m}", "x * {m}"), ("square each", "x * x"),
+        ("subtract {m} from each", "x - {m}"), ("replace each by its absolute value", "abs(x)"),
+        ("negate each", "-x"))
+_REDUCE = (("return their sum", "sum({gen})"), ("return the largest, or 0 if none is left", "max(({gen}), default=0)"),
+           ("return the smallest, or 0 if none is left", "min(({gen}), default=0)"), ("return them as a list", "[{gen}]"))
+
+
+def _filter_map_reduce(r: random.Random) -> dict:
+    values = {"t": r.randint(-10, 10), "k": r.randint(3, 7), "m": r.randint(2, 9)}
+    (keep_text, keep), = [_fill(p, **values) for p in _draw(r, _KEEP, 1)]
+    (map_text, mapped), = [_fill(p, **values) for p in _draw(r, _MAP, 1)]
+    reduce_text, reduce = r.choice(_REDUCE)
+    return {"doc_text": f"Keep the elements of xs that are {keep_text}, {map_text}, and {reduce_text}.",
+            "expr": reduce.format(gen=f"{mapped} for x in xs if {keep}"), **values}
+
+
+def _filter_input(r: random.Random, p: dict) -> tuple:
+    # values near the threshold and multiples of k as well, so that several elements are kept and sum, largest and
+    # smallest differ
+    pick = (lambda: r.randint(-20, 20), lambda: p["k"] * r.choice((-3, -2, -1, 1, 2, 3)), lambda: p["t"] + r.randint(-2, 2))
+    return ([r.choice(pick)() for _ in range(r.randint(0, 10))],)
+
+
+_STRING_STEPS = (("reverse it", "s[::-1]"), ("replace every {a!r} with {b!r}", "s.replace({a!r}, {b!r})"),
+                 ("remove every {c!r}", "s.replace({c!r}, '')"), ("keep its first {n} characters", "s[:{n}]"),
+                 ("convert it to upper case", "s.upper()"), ("double every character", "''.join(ch * 2 for ch in s)"),
+                 ("drop its first {d} characters", "s[{d}:]"))
+
+
+def _string_steps(r: random.Random) -> dict:
+    letters = r.sample("abcdefgh", 3)
+    values = {"a": letters[0], "b": letters[1], "c": letters[2], "n": r.randint(3, 8), "d": r.randint(1, 3)}
+    steps = [_fill(p, **values) for p in _draw(r, _STRING_STEPS, r.randint(2, 3))]
+    steps.sort(key=lambda step: step[1] == "s.upper()")  # upper case last: a replace after it would do nothing
+    return {"doc_text": "Transform s in this order: " + ", then ".join(text for text, _ in steps) + "; return the result.",
+            "body": "\n".join(f"    s = {code}" for _, code in steps) + "\n    return s"}
+
+
+_CASES = (("negative", "n < 0"), ("divisible by {k}", "n % {k} == 0"), ("greater than {t}", "n > {t}"),
+          ("even", "n % 2 == 0"))
+_RESULTS = (("n plus {m}", "n + {m}"), ("n times {m}", "n * {m}"), ("minus n", "-n"), ("the square of n", "n * n"),
+            ("n divided by {m}, rounded down", "n // {m}"), ("the remainder of n divided by {m}", "n % {m}"),
+            ("{c}", "{c}"))
+
+
+def _piecewise(r: random.Random) -> dict:
+    values = {"k": r.randint(3, 7), "t": r.randint(10, 60), "m": r.randint(2, 9), "c": r.randint(-9, 9)}
+    cases = [_fill(p, **values) for p in _draw(r, _CASES, 2)]
+    results = [_fill(p, **values) for p in _draw(r, _RESULTS, 3)]
+    doc = (f"If n is {cases[0][0]}, return {results[0][0]}. Otherwise, if n is {cases[1][0]}, return "
+           f"{results[1][0]}. Otherwise return {results[2][0]}.")
+    body = (f"    if {cases[0][1]}:\n        return {results[0][1]}\n    if {cases[1][1]}:\n        return {results[1][1]}\n"
+            f"    return {results[2][1]}")
+    return {"doc_text": doc, "body": body, **values}
+
+
+def _piecewise_input(r: random.Random, p: dict) -> tuple:
+    # aim at each branch in turn, so that a solution with one branch wrong fails a test
+    return (r.choice([r.randint(-60, -1), p["k"] * r.randint(-8, 15), r.randint(p["t"] + 1, p["t"] + 40),
+                      2 * r.randint(-30, 40), r.randint(-100, 100)]),)
+
+
+_PAIR_OPS = (("sum", "x + y"), ("difference xs[i] - ys[i]", "x - y"), ("product", "x * y"), ("larger", "max(x, y)"),
+             ("smaller", "min(x, y)"))
+_PAIR_WHEN = (("for every index i", ""), ("for each index i where xs[i] > ys[i]", " if x > y"),
+              ("for each index i where both values are positive", " if x > 0 and y > 0"),
+              ("for each index i where xs[i] + ys[i] is even", " if (x + y) % 2 == 0"))
+
+
+def _pairwise(r: random.Random) -> dict:
+    op_text, op = r.choice(_PAIR_OPS)
+    when_text, when = r.choice(_PAIR_WHEN)
+    return {"doc_text": f"Return the list of the {op_text} of xs[i] and ys[i], {when_text}, in index order; "
+                        "stop at the end of the shorter list.",
+            "expr": f"[{op} for x, y in zip(xs, ys){when}]"}
+
+
+def _two_lists(r: random.Random, p: dict) -> tuple:
+    # mostly positive values, so that "where both values are positive" keeps some pairs
+    return _ints(r, r.randint(1, 7), -4, 9), _ints(r, r.randint(1, 7), -4, 9)
+
+
+# more tests than levels 1-3. Measured over every ordered pair of a level-4 family's problems with different bodies
+# (9,668 pairs), how many accepted the other problem's body: 8 with 6 tests, 1 with 10, 0 with 12 (e.g. `max(-x)` for
+# `max(abs(x))` on a list whose largest magnitude is negative); tests/test_code.py keeps it at 0
+LEVEL_4_TESTS = 12
+LEVEL_4: tuple[Family, ...] = (
+    Family("filter_map_reduce", 4, _filter_map_reduce, "def {fn}(xs: list[int]) -> int | list[int]:", "{doc_text}",
+           "    return {expr}", _filter_input, tests=LEVEL_4_TESTS),
+    Family("string_steps", 4, _string_steps, "def {fn}(s: str) -> str:", "{doc_text}", "{body}",
+           lambda r, p: (_word(r, r.randint(0, 14)),), tests=LEVEL_4_TESTS),
+    Family("piecewise", 4, _piecewise, "def {fn}(n: int) -> int:", "{doc_text}", "{body}",
+           _piecewise_input, tests=LEVEL_4_TESTS),
+    Family("pairwise", 4, _pairwise, "def {fn}(xs: list[int], ys: list[int]) -> list[int]:", "{doc_text}",
+           "    return {expr}", _two_lists, tests=LEVEL_4_TESTS),
+)
+FAMILIES = FAMILIES + LEVEL_4
+
+
 def _make(family: Family, i: int) -> CodeProblem:
     rng = random.Random(f"eppo-code/{family.name}/{i}")
     params = family.params(rng)
@@ -99,14 +217,14 @@ def _make(family: Family, i: int) -> CodeProblem:
     namespace: dict = {}
     exec(compile(reference, f"<reference {fn}>", "exec"), namespace)  # our own template code, not model output
     asserts, seen = [], set()
-    for _ in range(TESTS_PER_PROBLEM * 4):
+    for _ in range(family.tests * 4):
         args = family.inputs(rng, params)
         if repr(args) in seen:
             continue
         seen.add(repr(args))
         expected = namespace[fn](*args)
         asserts.append(f"    assert candidate({', '.join(map(repr, args))}) == {expected!r}")
-        if len(asserts) == TESTS_PER_PROBLEM:
+        if len(asserts) == family.tests:
             break
     tests = "def check(candidate):\n" + "\n".join(asserts) + "\n"
     return CodeProblem(f"gen_l{family.level}_{fn}", prompt, reference, tests, fn, family.level, "generated")
@@ -114,6 +232,6 @@ def _make(family: Family, i: int) -> CodeProblem:
 
 @lru_cache(maxsize=1)
 def generated_problems() -> tuple[CodeProblem, ...]:
-    """All generated problems (12 families x 50 = 600), interleaved: problem i of every family, then i+1, so that
+    """All generated problems (16 families x 50 = 800), interleaved: problem i of every family, then i+1, so that
     consecutive seeds (an evaluation list) cover every family and level."""
     return tuple(_make(family, i) for i in range(PER_FAMILY) for family in FAMILIES)
