@@ -5,6 +5,8 @@ both unwind through the same `finally` blocks that close env pools, Ray and engi
 cleanup is ignored, and whatever child processes survive the unwinding (a Ray raylet, a vLLM engine core, a
 Chromium, a sandbox) are terminated, then killed. `where` says what was running for the one line, e.g.
 `interrupted at stage 4/5 rl, iteration 3/6; resume with: make train ARGS="--resume runs/x"`.
+A library may catch the KeyboardInterrupt and carry on (vLLM's engine start does, then waits minutes for its engine),
+so the interrupt is raised again every `RESEND_S` until `guard()`'s own cleanup has begun.
 
 None of that can run when the command itself is SIGKILLed (the OOM killer, `kill -9`) or crashes, so `guard()` also
 starts the command's watchdog (`eppo_train/reaper.py`, one small process per command): whenever the command ends,

@@ -3,7 +3,7 @@
 The model answers with a fenced python block. All tests pass: reward 1, episode won. Otherwise the first failing
 test and its error come back for another attempt (up to `max_attempts`); `info["pass_fraction"]` reports the
 share of passing tests. Turns without a complete fenced block are invalid and never start a sandbox run.
-Splits: `test` is HumanEval's 164 problems; `train` the generated problems (levels 1-3, selectable).
+Splits: `test` is HumanEval's 164 problems; `train` the generated problems (levels 1-4, selectable).
 """
 
 from __future__ import annotations
