@@ -94,10 +94,6 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-def _draw(rng: random.Random, options: tuple[tuple[str, str], ...], k: int) -> list[tuple[str, str]]:
-    return rng.sample(options, k)
-
-
 def _fill(pair: tuple[str, str], **values) -> tuple[str, str]:
     text, code = pair
     return text.format(**values), code.format(**values)
@@ -115,8 +111,8 @@ _REDUCE = (("return their sum", "sum({gen})"), ("return the largest, or 0 if non
 
 def _filter_map_reduce(r: random.Random) -> dict:
     values = {"t": r.randint(-10, 10), "k": r.randint(3, 7), "m": r.randint(2, 9)}
-    (keep_text, keep), = [_fill(p, **values) for p in _draw(r, _KEEP, 1)]
-    (map_text, mapped), = [_fill(p, **values) for p in _draw(r, _MAP, 1)]
+    keep_text, keep = _fill(*r.sample(_KEEP, 1), **values)
+    map_text, mapped = _fill(*r.sample(_MAP, 1), **values)
     reduce_text, reduce = r.choice(_REDUCE)
     return {"doc_text": f"Keep the elements of xs that are {keep_text}, {map_text}, and {reduce_text}.",
             "expr": reduce.format(gen=f"{mapped} for x in xs if {keep}"), **values}
@@ -138,7 +134,7 @@ _STRING_STEPS = (("reverse it", "s[::-1]"), ("replace every {a!r} with {b!r}", "
 def _string_steps(r: random.Random) -> dict:
     letters = r.sample("abcdefgh", 3)
     values = {"a": letters[0], "b": letters[1], "c": letters[2], "n": r.randint(3, 8), "d": r.randint(1, 3)}
-    steps = [_fill(p, **values) for p in _draw(r, _STRING_STEPS, r.randint(2, 3))]
+    steps = [_fill(p, **values) for p in r.sample(_STRING_STEPS, r.randint(2, 3))]
     steps.sort(key=lambda step: step[1] == "s.upper()")  # upper case last: a replace after it would do nothing
     return {"doc_text": "Transform s in this order: " + ", then ".join(text for text, _ in steps) + "; return the result.",
             "body": "\n".join(f"    s = {code}" for _, code in steps) + "\n    return s"}
@@ -153,8 +149,8 @@ _RESULTS = (("n plus {m}", "n + {m}"), ("n times {m}", "n * {m}"), ("minus n", "
 
 def _piecewise(r: random.Random) -> dict:
     values = {"k": r.randint(3, 7), "t": r.randint(10, 60), "m": r.randint(2, 9), "c": r.randint(-9, 9)}
-    cases = [_fill(p, **values) for p in _draw(r, _CASES, 2)]
-    results = [_fill(p, **values) for p in _draw(r, _RESULTS, 3)]
+    cases = [_fill(p, **values) for p in r.sample(_CASES, 2)]
+    results = [_fill(p, **values) for p in r.sample(_RESULTS, 3)]
     doc = (f"If n is {cases[0][0]}, return {results[0][0]}. Otherwise, if n is {cases[1][0]}, return "
            f"{results[1][0]}. Otherwise return {results[2][0]}.")
     body = (f"    if {cases[0][1]}:\n        return {results[0][1]}\n    if {cases[1][1]}:\n        return {results[1][1]}\n"
