@@ -20,7 +20,8 @@ the owner that says once that it watches, see `ready()`). The watchdog:
   process whose environment carries the owner's marker (`EPPO_OWNER_TAG`, set by `start()`; it catches what the
   owner executed less than a poll before dying and was already orphaned, like a `sh -c 'x &'`), then the live
   descendants of all of these; it sends them SIGTERM (vLLM and Ray shut down cleanly on it), SIGKILLs whatever is
-  left after `GRACE_S`, and exits.
+  left after `GRACE_S`, removes the shared-memory segments created since the owner started that no live process
+  holds any more (an interrupted vLLM engine leaves 160-250 MB ones in /dev/shm), and exits.
 
 A process is signalled only when its create time still matches the recorded one, through a pidfd opened before the
 check, so the check and the signal concern the same process: a pid reused by an unrelated process is never hit.
@@ -193,6 +194,74 @@ def sweep(known: Snapshot, tag: str, me: int, grace_s: float) -> None:
         time.sleep(0.1)
 
 
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "psm_"  # Python's `multiprocessing.shared_memory` names (vLLM's message queues use it)
+
+
+def _held_shm() -> set[str]:
+    """The /dev/shm files any live process has open or mapped (one pass over /proc's fds and maps)."""
+    held: set[str] = set()
+    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith(SHM_DIR + "/"):
+                    held.add(target.split()[0])
+            with open(f"/proc/{pid}/maps") as maps:
+                held.update(line.split()[-1] for line in maps if SHM_DIR + "/" in line)
+        except OSError:  # gone meanwhile, or another user's: its segments are not ours to remove either
+            continue
+    return held
+
+
+def unlink_orphaned_shm(since: float, wait_s: float = 0.0) -> list[str]:
+    """Remove the shared-memory segments of this user created at or after `since` (a time.time()) that no live
+    process holds, looking again for up to `wait_s` while some are still held; the names removed. Why: a segment
+    outlives its processes until someone unlinks it, and a SIGKILLed (or interrupted) vLLM engine leaves its
+    160-250 MB message-queue segments behind, in RAM; the `resource_tracker` that would unlink them is one of the
+    processes the sweep ends. (Measured: right after the sweep, the engine's dying processes still held them.)"""
+    removed: list[str] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        removed += _unlink_unheld(since)
+        if time.monotonic() >= deadline or not _shm_candidates(since):
+            return removed
+        time.sleep(0.2)
+
+
+def _shm_candidates(since: float) -> list[str]:
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(SHM_PREFIX)]
+    except OSError:
+        return []
+    candidates = []
+    for name in names:
+        path = os.path.join(SHM_DIR, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.getuid() and st.st_ctime >= since:
+            candidates.append(path)
+    return candidates
+
+
+def _unlink_unheld(since: float) -> list[str]:
+    candidates = _shm_candidates(since)
+    if not candidates:
+        return []
+    held = _held_shm()
+    removed = []
+    for path in candidates:
+        if path not in held:
+            try:
+                os.unlink(path)
+                removed.append(os.path.basename(path))
+            except OSError:
+                pass
+    return removed
+
+
 class _Owner:
     """The watched process: `gone(timeout)` waits up to `timeout` seconds and says whether it has exited."""
 
@@ -233,8 +302,10 @@ def watch(owner_pid: int, tag: str, poll_s: float = POLL_S, grace_s: float = GRA
     known: Snapshot = {}
     try:
         owner = _Owner(owner_pid)
+        started = owner.process.create_time()
     except psutil.Error:
         owner = None
+        started = time.time()
     # We are the owner's child: if our parent is someone else now, the owner died before we could look.
     if owner is not None and os.getppid() == owner_pid:
         told = False
@@ -249,6 +320,7 @@ def watch(owner_pid: int, tag: str, poll_s: float = POLL_S, grace_s: float = GRA
             if owner.gone(poll_s):
                 break
     sweep(known, tag, me, grace_s)
+    unlink_orphaned_shm(since=started, wait_s=2 * grace_s)
 
 
 def main(argv: list[str]) -> int:

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -132,3 +133,38 @@ def test_the_watchdog_starts_once_per_process_in_a_session_of_its_own():
     assert psutil.Process(first).ppid() == os.getpid() and os.getsid(first) == first
     assert reaper.TAG_ENV in os.environ  # what this process starts from now on carries its marker
     assert reaper.ready(60) and reaper.ready(0)
+
+
+def test_orphaned_shared_memory_is_removed_and_held_memory_kept():
+    """A SIGKILLed vLLM engine leaves its message-queue segments in /dev/shm (RAM): the watchdog removes those
+    created since its owner started that no live process holds, and leaves a segment a live process holds."""
+    from multiprocessing import shared_memory
+
+    since = time.time() - 1
+    # a child that creates a segment and dies without unlinking it (SIGKILL; no resource tracker to clean up)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import sys, time
+            from multiprocessing import resource_tracker, shared_memory
+            shm = shared_memory.SharedMemory(create=True, size=4096)
+            resource_tracker.unregister(shm._name, "shared_memory")
+            print(shm.name, flush=True)
+            time.sleep(300)
+        """)], stdout=subprocess.PIPE, text=True)
+    orphan = child.stdout.readline().strip()
+    held = shared_memory.SharedMemory(create=True, size=4096)  # this (live) process holds it
+    try:
+        removed = reaper.unlink_orphaned_shm(since)  # both are held while the child lives
+        assert orphan not in removed and held.name not in removed
+        child.kill()
+        child.wait()
+        assert Path("/dev/shm", orphan).exists()
+        assert reaper.unlink_orphaned_shm(time.time() + 60) == []  # nothing created before `since` is touched
+        assert Path("/dev/shm", orphan).exists()
+        removed = reaper.unlink_orphaned_shm(since)
+        assert orphan in removed and held.name not in removed
+        assert not Path("/dev/shm", orphan).exists() and Path("/dev/shm", held.name).exists()
+    finally:
+        child.kill()
+        held.close()
+        held.unlink()
