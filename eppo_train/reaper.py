@@ -223,13 +223,22 @@ def unlink_orphaned_shm(since: float, wait_s: float = 0.0) -> list[str]:
     removed: list[str] = []
     deadline = time.monotonic() + wait_s
     while True:
-        removed += _unlink_unheld(since)
-        if time.monotonic() >= deadline or not _shm_candidates(since):
+        candidates = _shm_candidates(since)
+        held = _held_shm() if candidates else set()
+        for path in candidates:
+            if path not in held:
+                try:
+                    os.unlink(path)
+                    removed.append(os.path.basename(path))
+                except OSError:
+                    pass
+        if time.monotonic() >= deadline or not held.intersection(candidates):
             return removed
         time.sleep(0.2)
 
 
 def _shm_candidates(since: float) -> list[str]:
+    """This user's `psm_*` segments created at or after `since`."""
     try:
         names = [n for n in os.listdir(SHM_DIR) if n.startswith(SHM_PREFIX)]
     except OSError:
@@ -244,22 +253,6 @@ def _shm_candidates(since: float) -> list[str]:
         if st.st_uid == os.getuid() and st.st_ctime >= since:
             candidates.append(path)
     return candidates
-
-
-def _unlink_unheld(since: float) -> list[str]:
-    candidates = _shm_candidates(since)
-    if not candidates:
-        return []
-    held = _held_shm()
-    removed = []
-    for path in candidates:
-        if path not in held:
-            try:
-                os.unlink(path)
-                removed.append(os.path.basename(path))
-            except OSError:
-                pass
-    return removed
 
 
 class _Owner:
