@@ -203,14 +203,18 @@ def _held_shm() -> set[str]:
     held: set[str] = set()
     for pid in (name for name in os.listdir("/proc") if name.isdigit()):
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith(SHM_DIR + "/"):
-                    held.add(target.split()[0])
+            fds = os.listdir(f"/proc/{pid}/fd")
             with open(f"/proc/{pid}/maps") as maps:
                 held.update(line.split()[-1] for line in maps if SHM_DIR + "/" in line)
         except OSError:  # gone meanwhile, or another user's: its segments are not ours to remove either
             continue
+        for fd in fds:
+            try:  # one fd closed meanwhile must not hide the process's other fds
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(SHM_DIR + "/"):
+                held.add(target.split()[0])
     return held
 
 
