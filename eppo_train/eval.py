@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-tokens", type=int, default=4096)
     p.add_argument("--batch-size", type=int, default=64, help="episodes played in lockstep per chunk")
     p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="generation weights; auto: bf16 where the hardware has it natively, else float32")
     p.add_argument("--import", dest="imports", action="append", default=[],
                    help="module that registers extra tasks (repeatable)")
     p.add_argument("--no-progress", action="store_true")

@@ -39,6 +39,7 @@ from eppo_train.frozen_cache import (
 )
 from eppo_train.losses import LOSSES, LossInputs, aggregate, loss_options, token_weights
 from eppo_train.pacing import EntropyPacer, PaceStep
+from eppo_train.policy.precision import use_cpu_autocast
 from eppo_train.records import Sample
 
 
@@ -122,9 +123,10 @@ def hidden_logprobs_entropy(
 
 
 def autocast(device: str, bf16_cpu: bool = False):
-    """bf16 autocast on a GPU always, on CPU when asked (~1.6x faster there); else full precision."""
+    """bf16 autocast on a GPU always, on CPU when asked and the CPU has native bf16 (~1.6x faster there; emulated
+    bf16 is ~100x slower, policy/precision.py); else full precision."""
     on_gpu = device.startswith("cuda")
-    if on_gpu or bf16_cpu:
+    if on_gpu or use_cpu_autocast(bf16_cpu):
         return torch.autocast(device_type="cuda" if on_gpu else "cpu", dtype=torch.bfloat16)
     return nullcontext()
 

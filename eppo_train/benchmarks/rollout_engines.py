@@ -5,8 +5,9 @@ limits, its problems per task, G=4, its token budgets, temperature 1, one `run_r
 every live episode of the iteration in each engine call. Repetitions alternate the engines (vLLM, HF, vLLM, HF, ...)
 so both see the same machine load; the ratio is the median of the per-repetition ratios.
 
-"Fraction of bf16 matmul rate": generation FLOPs (2 x parameters x tokens the model processed for the new
-tokens, prompts excluded: a lower bound) per second, over the rate of a large bf16 matmul measured in the same run.
+"Fraction of the matmul rate": generation FLOPs (2 x parameters x tokens the model processed for the new
+tokens, prompts excluded: a lower bound) per second, over the rate of a large matmul measured in the same run, in the
+dtype the engines generate in (`auto`: bf16 where the hardware has it natively, else float32; policy/precision.py).
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from dataclasses import replace
 from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, section
 
 
-def matmul_flops(n: int = 1024, reps: int = 5) -> float:
-    """FLOP/s of an n x n x n bf16 matmul on this machine (median of `reps`, after one warm-up)."""
+def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float:
+    """FLOP/s of an n x n x n matmul in `dtype` on this machine (median of `reps`, after one warm-up)."""
     import torch
 
-    a = torch.randn(n, n, dtype=torch.bfloat16)
-    b = torch.randn(n, n, dtype=torch.bfloat16)
+    a = torch.randn(n, n, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, dtype=getattr(torch, dtype))
     a @ b
     times = []
     for _ in range(reps):
@@ -49,21 +50,23 @@ def make_train_workload(model: str, quick: bool):
     return cfg, rc, train_problems(cfg, slots, 0)
 
 
-@section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the bf16 matmul rate", "8-15 min")
+@section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the matmul rate", "8-15 min")
 def bench_rollout(ctx: BenchContext) -> list[Figure]:
     from eppo_train.envpool import LocalEnvPool
     from eppo_train.policy.engine import EngineSpec, make_engine
+    from eppo_train.policy.precision import resolve_dtype
     from eppo_train.rollout import run_rollout
 
     cfg, rc, problems = make_train_workload(ctx.model, ctx.quick)
+    dtype = resolve_dtype(cfg.model.generator_dtype)
     tasks = sorted({p.env_id for p in problems})
     how = (f"run_rollout on the pipeline config's iteration 0 ({len(problems)} problems x G={rc.group_size} over "
-           f"{', '.join(tasks)}; {rc.max_turns} turns, {rc.max_new_tokens} new tokens/turn), model {ctx.model} bf16; "
+           f"{', '.join(tasks)}; {rc.max_turns} turns, {rc.max_new_tokens} new tokens/turn), model {ctx.model} {dtype}; "
            "engines alternate per repetition")
     engines, rows = {}, []
     for backend in ("vllm", "hf"):
         try:
-            engines[backend] = make_engine(EngineSpec(cfg.model.name, backend, "bfloat16",
+            engines[backend] = make_engine(EngineSpec(cfg.model.name, backend, dtype,
                                                       max(rc.max_total_tokens, 256)))
         except Exception as exc:  # noqa: BLE001  (one engine missing must not hide the other's figure)
             rows.append(failed("rollout", f"{backend}: new tokens/s", "tokens/s", how, exc))
@@ -79,7 +82,7 @@ def bench_rollout(ctx: BenchContext) -> list[Figure]:
         params = sum(p.numel() for p in engines["hf"].model.parameters())
     for policy in engines.values():
         policy.close()
-    peak = matmul_flops()
+    peak = matmul_flops(dtype=dtype)
     for backend, runs in stats.items():
         rates = [s["tokens_generated"] / s["generation_seconds"] for s in runs]
         last = runs[-1]
@@ -87,7 +90,7 @@ def bench_rollout(ctx: BenchContext) -> list[Figure]:
                            tokens=last["tokens_generated"], turns=last["turns"], episodes=last["episodes"],
                            wall_s=round(last["wall_seconds"], 1), env_share=round(last["env_share"], 3)))
         if params:
-            rows.append(figure("rollout", f"{backend}: share of the bf16 matmul rate",
+            rows.append(figure("rollout", f"{backend}: share of the {dtype} matmul rate",
                                [2 * params * r / peak for r in rates], "share", how,
                                matmul_gflops=round(peak / 1e9, 1), parameters=params))
     if len(stats) == 2:

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, replace
 
 from eppo_train.policy.base import PolicyBackend
+from eppo_train.policy.precision import resolve_dtype
 
 BACKENDS = ("vllm", "hf")
 
@@ -26,7 +27,7 @@ class EngineSpec:
 
     model: str
     backend: str = "vllm"  # vllm | hf
-    dtype: str = "bfloat16"  # sampling weights (the learner recomputes old log-probs in its own precision)
+    dtype: str = "auto"  # sampling weights: auto (bf16 where native, else float32: precision.py) | float32 | bfloat16 (the learner recomputes old log-probs in its own precision)
     max_model_len: int = 4096  # prompt + completion tokens per sequence (vLLM sizes its KV cache by it)
     seed: int = 0
     kv_cache_gb: float = 2.0  # vLLM on CPU: KV-cache memory (VLLM_CPU_KVCACHE_SPACE), unless already set
@@ -37,6 +38,9 @@ def make_engine(spec: EngineSpec) -> PolicyBackend:
     """Start the engine `spec.backend` names; an `EngineError` (one line) when it cannot start."""
     if spec.backend not in BACKENDS:
         raise EngineError(f"unknown generation backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
+    import torch
+
+    spec = replace(spec, dtype=resolve_dtype(spec.dtype, "cuda" if torch.cuda.is_available() else "cpu"))
     if spec.backend == "hf":
         from eppo_train.policy.hf import HFPolicy
 

