@@ -27,7 +27,9 @@ class EngineSpec:
 
     model: str
     backend: str = "vllm"  # vllm | hf
-    dtype: str = "auto"  # sampling weights: auto (bf16 where native, else float32: precision.py) | float32 | bfloat16 (the learner recomputes old log-probs in its own precision)
+    # sampling weights: auto (bf16 where native, else float32: precision.py) | float32 | bfloat16; the learner
+    # recomputes old log-probs in its own precision
+    dtype: str = "auto"
     max_model_len: int = 4096  # prompt + completion tokens per sequence (vLLM sizes its KV cache by it)
     seed: int = 0
     kv_cache_gb: float = 2.0  # vLLM on CPU: KV-cache memory (VLLM_CPU_KVCACHE_SPACE), unless already set

@@ -46,5 +46,6 @@ def use_cpu_autocast(asked: bool) -> bool:
 
 @functools.cache
 def _notice_once(device: str) -> None:
-    print(f"precision: this {device.split(':')[0].upper()} has no native bf16 (no AVX512-BF16/AMX), where bf16 runs "
-          "~100x slower than float32: generating and training in float32", file=sys.stderr)
+    where = "GPU has no bf16" if device.startswith("cuda") else "CPU has no native bf16 (no AVX512-BF16/AMX)"
+    print(f"precision: this {where}; emulated bf16 multiplies ~100x slower than float32: "
+          "generating and training in float32", file=sys.stderr)
