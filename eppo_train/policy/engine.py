@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from eppo_train.policy.base import PolicyBackend
 from eppo_train.policy.precision import resolve_dtype
@@ -32,7 +33,11 @@ class EngineSpec:
     dtype: str = "auto"
     max_model_len: int = 4096  # prompt + completion tokens per sequence (vLLM sizes its KV cache by it)
     seed: int = 0
-    kv_cache_gb: float = 2.0  # vLLM on CPU: KV-cache memory (VLLM_CPU_KVCACHE_SPACE), unless already set
+    # vLLM on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE, unless already set); None: enough for `max_sequences`
+    # whole sequences (kv_cache_gib). Too small a cache drops the earlier turns' blocks and re-prefills every
+    # transcript each turn: with 2 GiB in float32 an ALFWorld turn of 64 episodes took twice as long by turn 4
+    kv_cache_gb: float | None = None
+    max_sequences: int = 80  # episodes generated in one call (the pipeline: 80 in RL, 64 in evaluation)
     gpu_memory_utilization: float = 0.3  # vLLM on CUDA: the learner shares the device
 
 
@@ -64,7 +69,8 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     if torch.cuda.is_available():
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
     else:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(spec.kv_cache_gb))))
+        gib = kv_cache_gib(spec) if spec.kv_cache_gb is None else max(1, round(spec.kv_cache_gb))
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(gib))
         # Every core runs the model (vLLM's CPU default leaves one for its front end, which sits idle while the
         # model runs; measured in docs/bench.md).
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(0, (os.cpu_count() or 1) - 1)}")
@@ -73,6 +79,37 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     except Exception as exc:  # vLLM raises many kinds (unsupported head size, no memory, engine died)
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise EngineError(f"vLLM could not start for {spec.model}: {reason}; {hint}") from exc
+
+
+def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
+    """Whole GiB of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
+    multi-turn batch keeps every earlier turn cached (prefix caching) instead of re-prefilling it; at most
+    `memory_share` of the memory available now (the learner and the envs need the rest), at least 1."""
+    import json
+    import math
+
+    from eppo_train.policy.models import resolve_model
+
+    cfg = json.loads((Path(resolve_model(spec.model)) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)  # multimodal configs nest the language model's
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    value_bytes = 4 if spec.dtype == "float32" else 2
+    # a key and a value vector per layer and KV head, for every token
+    per_token = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * value_bytes
+    wanted = math.ceil(spec.max_sequences * spec.max_model_len * per_token / 2**30)
+    return max(1, min(wanted, int(available_memory() * memory_share / 2**30)))
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (Linux's MemAvailable; else the physical total)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 class SharedEngine:
@@ -126,8 +163,6 @@ class Borrowed(PolicyBackend):
 
 def folder_weights(model: str) -> dict:
     """Every tensor of a model (a name `resolve_model` knows or a transformers folder), by its HF name."""
-    from pathlib import Path
-
     from safetensors.torch import load_file
 
     from eppo_train.policy.models import resolve_model

@@ -59,7 +59,8 @@ def _model_agent(path: str, backend: str, opts: PolicyOptions) -> Agent:
     from eppo_train.policy.engine import EngineError, EngineSpec, make_engine
 
     try:
-        policy = make_engine(EngineSpec(path, "vllm", opts.dtype, opts.max_model_len))
+        policy = make_engine(EngineSpec(path, "vllm", opts.dtype, opts.max_model_len,
+                                           max_sequences=opts.batch_size))
     except EngineError as exc:
         raise PolicyNameError(str(exc)) from None
     return PolicyAgent(policy, opts.params)

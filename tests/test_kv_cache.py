@@ -1,0 +1,56 @@
+"""The vLLM KV cache on CPU is sized to hold a whole batch of transcripts (policy/engine.py kv_cache_gib)."""
+
+import pytest
+
+from eppo_train.config import ConfigError, load_config
+from eppo_train.policy import engine
+from eppo_train.policy.engine import EngineSpec, kv_cache_gib
+
+GiB = 2**30
+
+
+@pytest.fixture
+def plenty_of_memory(monkeypatch):
+    monkeypatch.setattr(engine, "available_memory", lambda: 64 * GiB)
+
+
+def test_sized_by_sequences_tokens_and_value_bytes(plenty_of_memory):
+    # SmolLM2-135M: 30 layers x 3 KV heads x head_dim 64, a key and a value: 11,520 values a token.
+    # float32: 80 sequences x 2048 tokens x 46,080 bytes = 7.03 GiB -> 8; bfloat16: half, 3.52 -> 4
+    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=2048, max_sequences=80)) == 8
+    assert kv_cache_gib(EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80)) == 4
+    # 64 x 2048 x 46,080 = 5.63 GiB -> 6
+    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=2048, max_sequences=64)) == 6
+    # the tiny model: 2 x 2 x 16 x 2 x 4 bytes = 512 bytes a token; 4 x 1024 tokens: 2 MiB -> at least 1 GiB
+    assert kv_cache_gib(EngineSpec("tiny", dtype="float32", max_model_len=1024, max_sequences=4)) == 1
+
+
+def test_capped_by_available_memory(monkeypatch):
+    monkeypatch.setattr(engine, "available_memory", lambda: 10 * GiB)
+    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=4096, max_sequences=80)) == 4  # 40 %
+    monkeypatch.setattr(engine, "available_memory", lambda: GiB)
+    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=4096, max_sequences=80)) == 1
+
+
+def test_available_memory_is_positive_and_below_the_total():
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < engine.available_memory() <= total
+
+
+def test_pipeline_engine_spec_holds_an_rl_iteration(plenty_of_memory):
+    from eppo_train.actors import engine_spec
+
+    cfg = load_config("pipeline")
+    spec = engine_spec(cfg)
+    assert cfg.model.kv_cache_gb == "auto" and spec.kv_cache_gb is None
+    assert spec.max_sequences == 80  # 5 tasks x 4 problems x G=4 (evaluation plays 64 at a time)
+    fixed = engine_spec(load_config("pipeline", ["model.kv_cache_gb=3"]))
+    assert fixed.kv_cache_gb == 3.0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "big"])
+def test_bad_kv_cache_setting_is_one_line(value):
+    with pytest.raises(ConfigError, match="model.kv_cache_gb"):
+        load_config("pipeline", [f"model.kv_cache_gb={value}"])
