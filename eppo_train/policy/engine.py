@@ -85,18 +85,19 @@ def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
     """Whole GiB of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
     multi-turn batch keeps every earlier turn cached (prefix caching) instead of re-prefilling it; at most
     `memory_share` of the memory available now (the learner and the envs need the rest), at least 1."""
-    import json
     import math
+
+    import torch
+    from transformers import AutoConfig
 
     from eppo_train.policy.models import resolve_model
 
-    cfg = json.loads((Path(resolve_model(spec.model)) / "config.json").read_text())
-    cfg = cfg.get("text_config", cfg)  # multimodal configs nest the language model's
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    value_bytes = 4 if spec.dtype == "float32" else 2
+    cfg = AutoConfig.from_pretrained(resolve_model(spec.model)).get_text_config()  # the language model's part
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    value_bytes = torch.empty(0, dtype=getattr(torch, resolve_dtype(spec.dtype))).element_size()
     # a key and a value vector per layer and KV head, for every token
-    per_token = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", heads) * head_dim * value_bytes
+    per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * value_bytes
     wanted = math.ceil(spec.max_sequences * spec.max_model_len * per_token / 2**30)
     return max(1, min(wanted, int(available_memory() * memory_share / 2**30)))
 
