@@ -8,6 +8,12 @@ Chromium, a sandbox) are terminated, then killed. `where` says what was running 
 A library may catch the KeyboardInterrupt and carry on (vLLM's engine start does, then waits minutes for its engine),
 so the interrupt is raised again every `RESEND_S` until `guard()`'s own cleanup has begun.
 
+Child processes that print their own shutdown story (vLLM's engine core and its workers: "Worker proc died
+unexpectedly", a dump of the engine's config and scheduler, `RuntimeError: cancelled`, about 40 lines measured
+2026-12-04 on a SIGINT during a generate call) are started inside `relayed_child_output()`: what they write passes
+through this process, which relays it until the interrupt arrives and drops it from then on, so the one line stays
+the last and only thing the user reads.
+
 None of that can run when the command itself is SIGKILLed (the OOM killer, `kill -9`) or crashes, so `guard()` also
 starts the command's watchdog (`eppo_train/reaper.py`, one small process per command): whenever the command ends,
 however it ends, the watchdog terminates, then kills, every descendant the command had.
@@ -44,11 +50,13 @@ def where() -> str:
 
 RESEND_S = 1.0  # how often a swallowed interrupt is raised again
 _unwinding = threading.Event()  # set once guard() has begun its cleanup (or its body ended)
+_interrupted = threading.Event()  # set the moment a SIGINT/SIGTERM arrives: child output is dropped from then on
 _resender: threading.Thread | None = None
 
 
 def _raise_interrupt(signum: int, frame) -> None:
     global _resender
+    _interrupted.set()
     if _resender is None or not _resender.is_alive():
         _resender = threading.Thread(target=_resend, args=(signum,), name="interrupt-resend", daemon=True)
         _resender.start()
@@ -103,12 +111,62 @@ def _quiet_cleanup() -> None:
             pass
 
 
+# A terminal's Ctrl-C reaches the children too, and one may print before this process has run its handler: each
+# relayed chunk waits this long for an interrupt before it is written.
+RELAY_HOLD_S = 0.3
+
+
+@contextmanager
+def relayed_child_output() -> Iterator[None]:
+    """Processes started inside this block write their stdout and stderr through pipes that this process relays to
+    its own (their lines come out as before, RELAY_HOLD_S later) until an interrupt, and drops afterwards. This
+    process's own writes go through the relay only while inside the block."""
+    relays = []
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        try:
+            stream.flush()
+            original = os.dup(fd)
+        except (OSError, ValueError):  # no such stream (a daemon, a closed fd): nothing to relay
+            continue
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        thread = threading.Thread(target=_relay, args=(read_end, original), name=f"child-output-relay-{fd}",
+                                  daemon=True)
+        thread.start()
+        relays.append((stream, fd, original))
+    try:
+        yield
+    finally:
+        for stream, fd, original in relays:
+            stream.flush()
+            os.dup2(original, fd)  # this process writes straight out again; the children keep the pipe
+
+
+def _relay(read_end: int, out: int) -> None:
+    """Copy from the children's pipe to `out` until every writer is gone (EOF); after an interrupt, read and drop
+    (a full pipe would block a child in its shutdown)."""
+    try:
+        while chunk := os.read(read_end, 65536):
+            if _interrupted.wait(RELAY_HOLD_S):
+                continue
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+    except OSError:  # our own output went away (a closed pipe): stop relaying; the children get EPIPE
+        pass
+    finally:
+        os.close(read_end)
+        os.close(out)
+
+
 @contextmanager
 def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130."""
     _where.clear()
     reaper.start()  # first: whatever the body starts is watched, even if this process is SIGKILLed
     _unwinding.clear()
+    _interrupted.clear()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
     try:

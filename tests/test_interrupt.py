@@ -71,6 +71,7 @@ class Command:
         deadline = time.monotonic() + within
         while (survivors := _survivors(seen, self.proc.pid)) and time.monotonic() < deadline:
             time.sleep(0.1)
+        self.leftovers = [(p.pid, _cmdline(p)) for p in survivors]  # for the assertion's message
         for p in survivors:  # do not leave them to the next test
             try:
                 p.kill()
@@ -85,6 +86,13 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline()) or p.name()
+    except psutil.Error:
+        return "?"
 
 
 def _survivors(seen: list[psutil.Process], sid: int) -> list[psutil.Process]:
@@ -203,3 +211,66 @@ def test_an_interrupt_swallowed_by_a_library_is_raised_again(tmp_path):
     assert proc.returncode == 130 and "not interrupted" not in out
     assert err.strip().splitlines()[-1] == "prog: interrupted at start-up; resume with: nothing"
     assert time.monotonic() - t0 < 10
+
+
+CHATTY_CHILD = (
+    "import signal, sys, time\n"
+    "def noisy(signum, frame):\n"
+    "    for i in range(40):\n"
+    "        print(f'ERROR worker shutdown noise {i}', file=sys.stderr, flush=True)\n"
+    "        print(f'INFO worker shutdown noise {i}', flush=True)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGINT, noisy)\n"
+    "signal.signal(signal.SIGTERM, noisy)\n"
+    "print('child says hi', file=sys.stderr, flush=True)\n"
+    "print('child says hi on stdout', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["ctrl-c-to-the-group", "sigint-to-the-command"])
+def test_child_shutdown_chatter_after_an_interrupt_is_dropped(tmp_path: Path, group: bool):
+    """A child started inside relayed_child_output() (as vLLM's engine core is) is heard while the command runs, and
+    the ~40 lines it prints while shutting down after a Ctrl-C are not: the command's one line is all that follows
+    the signal, whether the child got the SIGINT itself (the terminal's Ctrl-C) or the reaper's SIGTERM."""
+    (tmp_path / "child.py").write_text(CHATTY_CHILD)
+    (tmp_path / "chatty.py").write_text(
+        "import subprocess, sys, time\n"
+        "from eppo_train.interrupt import guard, relayed_child_output\n"
+        "with guard('prog', lambda: 'resume with: nothing'):\n"
+        "    with relayed_child_output():\n"
+        f"        child = subprocess.Popen([sys.executable, {str(tmp_path / 'child.py')!r}])\n"
+        "    print('parent after the block', file=sys.stderr, flush=True)\n"
+        "    child.wait()\n")
+    cmd = Command(["chatty"], tmp_path)
+    cmd.wait_for(lambda: "child says hi" in cmd.err and "parent after the block" in cmd.err, timeout=60)
+    time.sleep(0.5)
+    before = len(cmd.err)
+    code, last, survivors = cmd.interrupt(signal.SIGINT, group=group)
+    after = [line for line in cmd.err[before:].splitlines() if line.strip()]
+    assert code == 130 and not survivors
+    assert after == ["prog: interrupted at start-up; resume with: nothing"], after
+    out = cmd.proc.stdout.read()
+    assert "child says hi on stdout" in out and "noise" not in out
+
+
+@pytest.mark.slow  # ~2-3 min: one vLLM engine start on the default model
+def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path):
+    """Ctrl-C while vLLM generates: exit 130, the one line, nothing from the engine's processes after the signal
+    (before the relay, ~40 lines: a worker 'died unexpectedly', a config and scheduler dump, `RuntimeError:
+    cancelled`), and no engine process left."""
+    pytest.importorskip("vllm")
+    args = ["eppo_train.eval", "--policy", "default", "--backend", "vllm", "--dtype", "float32", "--tasks",
+            "guess_number", "--import", "eppo_envs.example.guess_number", "--episodes", "512", "--batch-size", "64",
+            "--max-new-tokens", "64", "--temperature", "1.0"]
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    cmd = Command(args, tmp_path)
+    cmd.wait_for(lambda: "eval:" in cmd.err, timeout=HUNG_S)  # the bar appears once the engine has started
+    time.sleep(10)  # well inside the first generate calls
+    before = len(cmd.err)
+    # within: the watchdog sweeps the engine's shared memory after the command exits; under load that took >3 s
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True, within=15.0)
+    after = [s for s in cmd.err[before:].replace("\r", "\n").splitlines() if s.strip() and not s.startswith("eval:")]
+    assert rc == 130 and not survivors, cmd.leftovers
+    assert re.fullmatch(r"eppo-eval: interrupted at episode \d+/512; rerun with: eppo-eval --policy default .*", line)
+    assert after == [line], after

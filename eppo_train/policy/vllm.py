@@ -17,6 +17,8 @@ from the learner each iteration without restarting the engine.
   Chunked prefill is off: with it, vLLM rewinds a request's generator with `Generator.set_offset` whenever a
   partially prefilled prompt's token is discarded, which CPU generators do not support (`RuntimeError: CPU
   Generator does not use offset`, tests/test_vllm.py); unchunked, a prompt is always prefilled in one step.
+- Output: the engine's processes start inside `interrupt.relayed_child_output()`, so after a Ctrl-C their
+  shutdown messages (tens of lines of ERROR from a worker and the engine core) do not bury the command's one line.
 - CPU threads: `VLLM_CPU_OMP_THREADS_BIND` (default here: every core, `0-(n-1)`) decides which cores run the model;
   the engine is idle (no spinning) between calls, so it does not hold the cores while the learner steps.
 """
@@ -27,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from eppo_train.interrupt import relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer, resolve_model
 
@@ -90,7 +93,8 @@ class VLLMPolicy(PolicyBackend):
             worker_extension_cls=f"{__name__}.WeightSyncExtension",
         )
         kwargs.update(engine_kwargs)
-        self.llm = vllm.LLM(**kwargs)
+        with relayed_child_output():  # after a Ctrl-C, the engine's shutdown messages are dropped
+            self.llm = vllm.LLM(**kwargs)
 
     # ----------------------------------------------------------------- generation
     def _sampling(self, params: SamplingParams, cap: int, index: int):
