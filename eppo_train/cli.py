@@ -157,6 +157,28 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- signal
+def add_signal(p: argparse.ArgumentParser) -> None:
+    _config_args(p, "pipeline")
+    p.add_argument("--temperatures", default="1.0", help="comma list of sampling temperatures (default: 1.0)")
+    p.add_argument("--batches", type=int, default=2, help="RL batches played at each temperature (default: 2)")
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    from eppo_train.group_signal import measure, table
+
+    try:
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+    except ValueError:
+        return _error(f"--temperatures: a comma list of numbers, got {args.temperatures!r}")
+    if any(t <= 0 for t in temperatures) or args.batches < 1:
+        return _error("--temperatures must be > 0 and --batches at least 1")
+    cfg = _load(args)
+    print(table(measure(cfg, temperatures, args.batches,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))))
+    return 0
+
+
 # ---------------------------------------------------------------- study, study-report
 STUDY_RESULTS = Path("docs/results/study")  # `make experiment`: result files committed as they land
 STUDY_REPORT = Path("docs/results/study.md")
@@ -237,6 +259,8 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Cal
                      add_study_report, cmd_study_report),
     "pipeline": ("evaluate, SFT, evaluate, RL, evaluate; writes summary.md (make train)", add_pipeline,
                  cmd_pipeline),
+    "signal": ("the share of GRPO groups with reward variance a model's rollouts give, per task and temperature",
+               add_signal, cmd_signal),
 }
 
 

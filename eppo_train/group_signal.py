@@ -1,0 +1,92 @@
+"""`eppo-train signal`: how much GRPO signal a model's rollouts would carry, at one or more sampling temperatures.
+
+GRPO learns only from groups whose members scored differently: a group whose G samples all won (or all lost)
+has zero advantage everywhere. After SFT a small model is nearly deterministic, so most groups are such groups and
+RL has little to learn from (docs/pipeline.md). This command plays the config's RL batches (its tasks, problems per
+task, group size, turn and token caps) from a model without training, and prints per task and temperature:
+
+- `signal`: the share of groups with reward variance (the groups GRPO trains on), scored as RL scores them
+  (`env.tasks[].train_reward`);
+- `success`: sampled success over every episode, and `reply`: mean tokens per reply.
+
+    eppo-train signal --model runs/<run>/sft --temperatures 1.0,1.3 --batches 3
+
+The problems are drawn from their own seed stream (`signal/<batch>`), never the training run's, and the same
+problems are played at every temperature, so the temperatures are compared on one set.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from eppo_train.config import Config
+
+
+@dataclass
+class SignalRow:
+    task: str
+    temperature: float
+    groups: int
+    signal: float  # share of groups whose members scored differently
+    success: float  # sampled success over every episode
+    reply_tokens: float  # mean tokens a reply
+
+
+def measure(cfg: Config, temperatures: list[float], batches: int, progress=print) -> list[SignalRow]:  # noqa: ANN001
+    """Play `batches` RL batches of `cfg` at each temperature on one engine; one row per (task, temperature)."""
+    from eppo_train.actors import engine_spec
+    from eppo_train.advantages import compute_advantages
+    from eppo_train.envpool import LocalEnvPool
+    from eppo_train.policy.engine import make_engine
+    from eppo_train.rollout import run_rollout
+    from eppo_train.tasks import prepare_tasks, rollout_config, train_problems, training_rewards
+    from eppo_train.trainer import rollout_metrics
+
+    slots = prepare_tasks(cfg)
+    policy = make_engine(engine_spec(cfg))
+    pool = LocalEnvPool()
+    rows: list[SignalRow] = []
+    try:
+        for temperature in temperatures:
+            at_t = replace(cfg, rollout=replace(cfg.rollout, temperature=temperature))
+            zero: dict[str, list[float]] = {}
+            stats: dict[str, list[dict[str, float]]] = {}
+            for b in range(batches):
+                result = run_rollout(policy, pool, train_problems(at_t, slots, b, stream=f"signal/{b}"),
+                                     rollout_config(at_t, slots, 10_000 + b))
+                adv = compute_advantages(training_rewards(result.samples, slots))
+                for task, values in adv.per_task.items():
+                    zero.setdefault(task, []).append(values["zero_var_frac"])
+                for task, values in rollout_metrics(result.episodes, result.samples).items():
+                    stats.setdefault(task, []).append(values)
+                progress(f"temperature {temperature}: batch {b + 1}/{batches} done "
+                         f"({result.stats.get('tokens_per_second', 0.0):.0f} new tok/s)")
+            for task in sorted(zero):
+                groups = next(s.cfg.problems for s in slots if s.label == task) * batches
+                rows.append(SignalRow(task, temperature, groups, 1.0 - statistics.fmean(zero[task]),
+                                      statistics.fmean(s["success"] for s in stats[task]),
+                                      statistics.fmean(s["response_length"] for s in stats[task])))
+    finally:
+        pool.close()
+        policy.close()
+    return rows
+
+
+def table(rows: list[SignalRow]) -> str:
+    """A markdown table: one row per task, a `signal / success / reply` cell per temperature."""
+    temps = sorted({r.temperature for r in rows})
+    tasks = sorted({r.task for r in rows})
+    cell = {(r.task, r.temperature): r for r in rows}
+    lines = ["| task | groups | " + " | ".join(f"T={t:g}: signal / success / reply" for t in temps) + " |",
+             "|---|---:|" + "---:|" * len(temps)]
+    for task in tasks:
+        cells = [cell[task, t] for t in temps]
+        lines.append(f"| {task} | {cells[0].groups} | "
+                     + " | ".join(f"{c.signal:.2f} / {c.success:.2f} / {c.reply_tokens:.0f}" for c in cells) + " |")
+    for t in temps:
+        at_t = [cell[task, t] for task in tasks]
+        total = sum(c.groups for c in at_t)
+        lines.append(f"\nT={t:g}: {sum(c.signal * c.groups for c in at_t) / max(total, 1):.2f} of {total} groups "
+                     "carry signal")
+    return "\n".join(lines)

@@ -1,0 +1,41 @@
+"""`eppo-train signal`: the share of GRPO groups with reward variance, per task and temperature.
+
+The model is test_learning's bandit warm start (the tiny model SFT'd on a demonstrator that answers a random digit),
+whose greedy answer is one wrong digit: sampled nearly greedily every member of a group gives that answer, so no
+group carries signal; sampled hot, members differ and some hit the rewarded digit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from test_learning import bandit_config
+
+from eppo_train.cli import main
+from eppo_train.group_signal import measure, table
+from eppo_train.sft import sft_model
+from eppo_train.tasks import prepare_tasks
+
+
+def _warm_start(tmp_path):
+    cfg = bandit_config(tmp_path, "grpo")
+    start = sft_model(cfg, prepare_tasks(cfg))  # cached: the same model test_learning starts from
+    return replace(cfg, model=replace(cfg.model, name=start), sft=replace(cfg.sft, steps=0))
+
+
+def test_signal_is_none_near_greedy_and_some_when_hot(tmp_path):
+    cfg = _warm_start(tmp_path)
+    rows = {r.temperature: r for r in measure(cfg, [0.01, 1.0], batches=2, progress=lambda _: None)}
+    cold, hot = rows[0.01], rows[1.0]
+    assert cold.task == hot.task == "bandit" and cold.groups == hot.groups == 8  # 4 problems x 2 batches
+    assert cold.signal == 0.0, "near-greedy members of a group all give the greedy answer"
+    assert hot.signal >= 0.25 and 0.0 < hot.success < 1.0, hot
+    text = table(list(rows.values()))
+    assert "| bandit | 8 | 0.00 / " in text and f"T=1: {hot.signal:.2f} of 8 groups carry signal" in text
+
+
+def test_signal_command_rejects_bad_temperatures(capsys):
+    assert main(["signal", "--config", "tiny", "--temperatures", "hot"]) == 2
+    assert main(["signal", "--config", "tiny", "--temperatures", "0,1"]) == 2
+    err = capsys.readouterr().err
+    assert "--temperatures: a comma list of numbers, got 'hot'" in err and "must be > 0" in err
