@@ -246,9 +246,10 @@ def test_child_shutdown_chatter_after_an_interrupt_is_dropped(tmp_path: Path, gr
     cmd.wait_for(lambda: "child says hi" in cmd.err and "parent after the block" in cmd.err, timeout=60)
     time.sleep(0.5)
     before = len(cmd.err)
-    code, last, survivors = cmd.interrupt(signal.SIGINT, group=group)
+    # within: the command's watchdog outlives it by a second or two, longer under load (measured > 3 s at load 4)
+    code, last, survivors = cmd.interrupt(signal.SIGINT, group=group, within=15.0)
     after = [line for line in cmd.err[before:].splitlines() if line.strip()]
-    assert code == 130 and not survivors
+    assert code == 130 and not survivors, cmd.leftovers
     assert after == ["prog: interrupted at start-up; resume with: nothing"], after
     out = cmd.proc.stdout.read()
     assert "child says hi on stdout" in out and "noise" not in out
