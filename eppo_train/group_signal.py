@@ -17,7 +17,7 @@ problems are played at every temperature, so the temperatures are compared on on
 
 from __future__ import annotations
 
-import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from eppo_train.config import Config
@@ -33,7 +33,8 @@ class SignalRow:
     reply_tokens: float  # mean tokens a reply
 
 
-def measure(cfg: Config, temperatures: list[float], batches: int, progress=print) -> list[SignalRow]:  # noqa: ANN001
+def measure(cfg: Config, temperatures: list[float], batches: int,
+            progress: Callable[[str], None] = print) -> list[SignalRow]:
     """Play `batches` RL batches of `cfg` at each temperature on one engine; one row per (task, temperature)."""
     from eppo_train.actors import engine_spec
     from eppo_train.advantages import compute_advantages
@@ -50,23 +51,21 @@ def measure(cfg: Config, temperatures: list[float], batches: int, progress=print
     try:
         for temperature in temperatures:
             at_t = replace(cfg, rollout=replace(cfg.rollout, temperature=temperature))
-            zero: dict[str, list[float]] = {}
-            stats: dict[str, list[dict[str, float]]] = {}
+            episodes, samples = [], []
             for b in range(batches):
                 result = run_rollout(policy, pool, train_problems(at_t, slots, b, stream=f"signal/{b}"),
                                      rollout_config(at_t, slots, 10_000 + b))
-                adv = compute_advantages(training_rewards(result.samples, slots))
-                for task, values in adv.per_task.items():
-                    zero.setdefault(task, []).append(values["zero_var_frac"])
-                for task, values in rollout_metrics(result.episodes, result.samples).items():
-                    stats.setdefault(task, []).append(values)
+                episodes += result.episodes
+                samples += result.samples
                 progress(f"temperature {temperature}: batch {b + 1}/{batches} done "
                          f"({result.stats.get('tokens_per_second', 0.0):.0f} new tok/s)")
-            for task in sorted(zero):
+            stats = rollout_metrics(episodes, samples)
+            # a group is one problem's G samples (group id: env, split, seed), so every batch's groups count
+            per_task = compute_advantages(training_rewards(samples, slots)).per_task
+            for task in sorted(per_task):
                 groups = next(s.cfg.problems for s in slots if s.label == task) * batches
-                rows.append(SignalRow(task, temperature, groups, 1.0 - statistics.fmean(zero[task]),
-                                      statistics.fmean(s["success"] for s in stats[task]),
-                                      statistics.fmean(s["response_length"] for s in stats[task])))
+                rows.append(SignalRow(task, temperature, groups, 1.0 - per_task[task]["zero_var_frac"],
+                                      stats[task]["success"], stats[task]["response_length"]))
     finally:
         pool.close()
         policy.close()

@@ -256,7 +256,7 @@ def test_child_shutdown_chatter_after_an_interrupt_is_dropped(tmp_path: Path, gr
 
 
 @pytest.mark.slow  # ~2-3 min: one vLLM engine start on the default model
-def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path):
+def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Ctrl-C while vLLM generates: exit 130, the one line, nothing from the engine's processes after the signal
     (before the relay, ~40 lines: a worker 'died unexpectedly', a config and scheduler dump, `RuntimeError:
     cancelled`), and no engine process left."""
@@ -264,7 +264,8 @@ def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path):
     args = ["eppo_train.eval", "--policy", "default", "--backend", "vllm", "--dtype", "float32", "--tasks",
             "guess_number", "--import", "eppo_envs.example.guess_number", "--episodes", "512", "--batch-size", "64",
             "--max-new-tokens", "64", "--temperature", "1.0"]
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:  # for this command only, not the rest of the session
+        monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     cmd = Command(args, tmp_path)
     cmd.wait_for(lambda: "eval:" in cmd.err, timeout=HUNG_S)  # the bar appears once the engine has started
     time.sleep(10)  # well inside the first generate calls
