@@ -271,12 +271,19 @@ class Learner:
             for idx in batches:
                 b = self._pad(samples, idx)
                 lp, ent = self._stats(self.model, b, grad=False)
+                rows = None
                 if self.cache_from is not None:
                     rows = self._keep_states(seen, b, [len(samples[i].input_ids) for i in idx], lp, ent)
                     if rows is not None:
                         cached.update(zip(idx, rows, strict=True))
                 seen.clear()
-                ref = self._stats(self.ref, b, grad=False)[0] if self.ref is not None else None
+                ref = None
+                if self.ref is not None:
+                    # The reference is a copy of the start model, and the blocks below `cache_from` are frozen: its
+                    # states entering that block are the training model's, so only its top blocks run (the KL
+                    # penalty then costs the trained blocks' forward, not a second full one).
+                    use = rows if rows is not None and self._cache_checked else None
+                    ref = self._stats(self.ref, b, grad=False, states=use)[0]
                 for r, i in enumerate(idx):
                     s, n = samples[i], len(samples[i].input_ids)
                     m = b["mask"][r, :n]

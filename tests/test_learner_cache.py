@@ -47,27 +47,28 @@ def multi_turn_batch(seed: int, n: int = 8) -> list[Sample]:
     return out
 
 
-def cfg_for(cache: bool, algo: str = "eppo", top: int = TOP):
+def cfg_for(cache: bool, algo: str = "eppo", top: int = TOP, kl_coef: float = 0.0):
     return load_config("tiny", [f"algo.name={algo}", "pacing.warmup=0", "learner.lr=1e-2", "learner.epochs=2",
                                 "learner.mini_batches=2", f"learner.micro_batch_tokens={BUDGET}",
-                                f"learner.train_top_layers={top}", f"learner.cache_frozen={str(cache).lower()}"])
+                                f"learner.train_top_layers={top}", f"learner.cache_frozen={str(cache).lower()}",
+                                f"algo.kl_coef={kl_coef}"])
 
 
-def run(model: torch.nn.Module, cache: bool, algo: str = "eppo", steps: int = 2):
-    learner = Learner(cfg_for(cache, algo), model=model, device="cpu")
+def run(model: torch.nn.Module, cache: bool, algo: str = "eppo", steps: int = 2, kl_coef: float = 0.0):
+    learner = Learner(cfg_for(cache, algo, kl_coef=kl_coef), model=model, device="cpu")
     reports = [learner.train_step(multi_turn_batch(seed)) for seed in range(steps)]
     return learner, reports
 
 
-@pytest.mark.parametrize("algo", ["eppo", "grpo"])
-def test_cached_update_equals_the_full_forward(algo):
+@pytest.mark.parametrize(("algo", "kl_coef"), [("eppo", 0.0), ("grpo", 0.0), ("grpo", 0.5)])
+def test_cached_update_equals_the_full_forward(algo, kl_coef):
     """Equal up to float rounding, not bit for bit: the cached path runs the frozen blocks on other batch shapes,
     and on some CPUs (seen on an AMD EPYC host, 2026-12-02) the kernels then round differently (loss ~1e-8 apart).
     AdamW turns such noise on near-zero gradient entries into updates that differ by a part in 1e4, so the weights
     are compared by their update, and steps after the first (which see those weights) with a looser tolerance. A
     cached path that is really wrong is refused up front by the learner's own comparison (the GPT-2 test below)."""
-    on, on_reports = run(llama(), cache=True, algo=algo)
-    off, off_reports = run(llama(), cache=False, algo=algo)
+    on, on_reports = run(llama(), cache=True, algo=algo, kl_coef=kl_coef)
+    off, off_reports = run(llama(), cache=False, algo=algo, kl_coef=kl_coef)
     assert on.cache_from == LAYERS - TOP and on._cache_checked and off.cache_from is None
     for step, (a, b) in enumerate(zip(on_reports, off_reports, strict=True)):
         rel = 1e-5 if step == 0 else 5e-4
@@ -108,6 +109,28 @@ def test_frozen_blocks_are_not_rerun_in_the_optimizer_passes():
     assert calls[False]["bottom"] == calls[False]["top"] > first_pass  # without it, again in every optimizer pass
     # the trained blocks run as often either way, plus once for the check of the cached path
     assert calls[True]["top"] == calls[False]["top"] + 1 == calls[False]["bottom"] + 1
+
+
+def test_the_kl_reference_runs_only_its_top_blocks_from_the_cache():
+    """With a KL penalty the frozen reference starts from the training model's cached states: its bottom blocks never
+    run, its top ones once per micro-batch of the no-grad pass; the penalty acts (the update differs from kl_coef 0)."""
+    calls = {}
+    for cache in (True, False):
+        learner = Learner(cfg_for(cache, "grpo", kl_coef=0.5), model=llama(), device="cpu")
+        layers = decoder_layers(learner.ref)
+        count = {"bottom": 0, "top": 0}
+        layers[0].register_forward_hook(lambda *_, c=count: c.__setitem__("bottom", c["bottom"] + 1))
+        layers[LAYERS - TOP].register_forward_hook(lambda *_, c=count: c.__setitem__("top", c["top"] + 1))
+        batches = [multi_turn_batch(0), multi_turn_batch(1)]  # the second step's reference sees a moved model
+        for batch in batches:
+            learner.train_step(batch)
+        calls[cache] = count
+    first_passes = sum(len(micro_batches([len(s.input_ids) for s in b], BUDGET)) for b in batches)
+    assert calls[True] == {"bottom": 0, "top": first_passes}
+    assert calls[False]["bottom"] == calls[False]["top"] == calls[True]["top"]
+    with_kl, kl_reports = run(llama(), cache=True, algo="grpo", kl_coef=0.5)
+    without, plain_reports = run(llama(), cache=True, algo="grpo")
+    assert kl_reports[1].metrics["loss"] != pytest.approx(plain_reports[1].metrics["loss"], rel=1e-4)
 
 
 def test_a_model_the_cached_path_gets_wrong_falls_back(capsys):
