@@ -7,7 +7,12 @@ task, group size, turn and token caps) from a model without training, and prints
 
 - `signal`: the share of groups with reward variance (the groups GRPO trains on), scored as RL scores them
   (`env.tasks[].train_reward`);
-- `success`: sampled success over every episode, and `reply`: mean tokens per reply.
+- `rescue`: the share of groups where a member won a problem the model's greedy reply loses. The evaluation
+  decodes greedily, and GRPO moves the greedy reply towards a win only through such groups; a group with variance
+  on a problem the greedy reply already wins sharpens what the greedy reply does (it raises sampled success, not
+  greedy success);
+- `success`: sampled success over every episode, `greedy`: the greedy reply's success on the same problems, and
+  `reply`: mean tokens per reply.
 
     eppo-train signal --model runs/<run>/sft --temperatures 1.0,1.3 --batches 3
 
@@ -29,8 +34,15 @@ class SignalRow:
     temperature: float
     groups: int
     signal: float  # share of groups whose members scored differently
+    rescue: float  # share of groups with a winning member on a problem the greedy reply loses
     success: float  # sampled success over every episode
+    greedy: float  # the greedy reply's success on the same problems
     reply_tokens: float  # mean tokens a reply
+
+
+def problem_key(episode) -> tuple[str, str, int]:  # noqa: ANN001 (an eppo_envs Episode)
+    """A GRPO group's problem: the same (env, split, seed) played G times (`Problem.group_id`)."""
+    return episode.env_id, episode.split, episode.seed
 
 
 def measure(cfg: Config, temperatures: list[float], batches: int,
@@ -48,13 +60,20 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
     policy = make_engine(engine_spec(cfg))
     pool = LocalEnvPool()
     rows: list[SignalRow] = []
+    problems = [train_problems(cfg, slots, b, stream=f"signal/{b}") for b in range(batches)]
     try:
+        # the greedy reply to every problem once: what the evaluation would score on it
+        greedy_cfg = replace(cfg, rollout=replace(cfg.rollout, temperature=0.0, group_size=1))
+        greedy_won: dict[tuple[str, str, int], bool] = {}
+        for b in range(batches):
+            result = run_rollout(policy, pool, problems[b], rollout_config(greedy_cfg, slots, 10_000 + b))
+            greedy_won.update((problem_key(e), e.won) for e in result.episodes)
+            progress(f"greedy: batch {b + 1}/{batches} done")
         for temperature in temperatures:
             at_t = replace(cfg, rollout=replace(cfg.rollout, temperature=temperature))
             episodes, samples = [], []
             for b in range(batches):
-                result = run_rollout(policy, pool, train_problems(at_t, slots, b, stream=f"signal/{b}"),
-                                     rollout_config(at_t, slots, 10_000 + b))
+                result = run_rollout(policy, pool, problems[b], rollout_config(at_t, slots, 10_000 + b))
                 episodes += result.episodes
                 samples += result.samples
                 progress(f"temperature {temperature}: batch {b + 1}/{batches} done "
@@ -62,10 +81,16 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
             stats = rollout_metrics(episodes, samples)
             # a group is one problem's G samples (group id: env, split, seed), so every batch's groups count
             per_task = compute_advantages(training_rewards(samples, slots)).per_task
+            member_won: dict[tuple[str, str, int], bool] = {}
+            for e in episodes:
+                member_won[problem_key(e)] = member_won.get(problem_key(e), False) or e.won
             for task in sorted(per_task):
-                groups = next(s.cfg.problems for s in slots if s.label == task) * batches
-                rows.append(SignalRow(task, temperature, groups, 1.0 - per_task[task]["zero_var_frac"],
-                                      stats[task]["success"], stats[task]["response_length"]))
+                keys = [k for k in greedy_won if k[0] == next(s.env_id for s in slots if s.label == task)]
+                rescued = sum(member_won.get(k, False) and not greedy_won[k] for k in keys)
+                rows.append(SignalRow(task, temperature, len(keys), 1.0 - per_task[task]["zero_var_frac"],
+                                      rescued / max(len(keys), 1), stats[task]["success"],
+                                      sum(greedy_won[k] for k in keys) / max(len(keys), 1),
+                                      stats[task]["response_length"]))
     finally:
         pool.close()
         policy.close()
@@ -73,19 +98,23 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
 
 
 def table(rows: list[SignalRow]) -> str:
-    """A markdown table: one row per task, a `signal / success / reply` cell per temperature."""
+    """A markdown table: one row per task, its greedy success, a `signal / rescue / success / reply` cell per
+    temperature."""
     temps = sorted({r.temperature for r in rows})
     tasks = sorted({r.task for r in rows})
     cell = {(r.task, r.temperature): r for r in rows}
-    lines = ["| task | groups | " + " | ".join(f"T={t:g}: signal / success / reply" for t in temps) + " |",
-             "|---|---:|" + "---:|" * len(temps)]
+    lines = ["| task | groups | greedy | "
+             + " | ".join(f"T={t:g}: signal / rescue / success / reply" for t in temps) + " |",
+             "|---|---:|---:|" + "---:|" * len(temps)]
     for task in tasks:
         cells = [cell[task, t] for t in temps]
-        lines.append(f"| {task} | {cells[0].groups} | "
-                     + " | ".join(f"{c.signal:.2f} / {c.success:.2f} / {c.reply_tokens:.0f}" for c in cells) + " |")
+        lines.append(f"| {task} | {cells[0].groups} | {cells[0].greedy:.2f} | "
+                     + " | ".join(f"{c.signal:.2f} / {c.rescue:.2f} / {c.success:.2f} / {c.reply_tokens:.0f}"
+                                  for c in cells) + " |")
     for t in temps:
         at_t = [cell[task, t] for task in tasks]
         total = sum(c.groups for c in at_t)
-        lines.append(f"\nT={t:g}: {sum(c.signal * c.groups for c in at_t) / max(total, 1):.2f} of {total} groups "
-                     "carry signal")
+        share = {k: sum(getattr(c, k) * c.groups for c in at_t) / max(total, 1) for k in ("signal", "rescue")}
+        lines.append(f"\nT={t:g}: {share['signal']:.2f} of {total} groups carry signal, {share['rescue']:.2f} can "
+                     "move the greedy reply (a member wins where it loses)")
     return "\n".join(lines)

@@ -37,7 +37,7 @@ from eppo_train.frozen_cache import (
     top_hidden,
     unpad,
 )
-from eppo_train.losses import LOSSES, LossInputs, aggregate, loss_options, token_weights
+from eppo_train.losses import LOSSES, LossInputs, aggregate, k3, loss_options, token_weights
 from eppo_train.pacing import EntropyPacer, PaceStep
 from eppo_train.policy.precision import use_cpu_autocast
 from eppo_train.records import Sample
@@ -261,6 +261,7 @@ class Learner:
 
         # 1. no-grad pass: old log-probs under the training model, entropies (H_k), reference log-probs
         ent_sum: dict[str, float] = defaultdict(float)
+        ref_kl_sum: dict[str, float] = defaultdict(float)  # KL(pi || ref) of the model before this step (k3)
         tok: dict[str, float] = defaultdict(float)
         ref_lp: dict[int, list[float]] = {}
         fresh_old: dict[int, list[float]] = {}
@@ -293,6 +294,7 @@ class Learner:
                         fresh_old[i] = (lp[r, :n] * m).tolist()
                     if ref is not None:
                         ref_lp[i] = ref[r, :n].tolist()
+                        ref_kl_sum[s.task] += float((k3(lp[r, :n], ref[r, :n]) * m).sum())
         self.model.train()
         if self.cache_from is None or not self._cache_checked:
             cached.clear()
@@ -356,6 +358,8 @@ class Learner:
                 "approx_kl": a["kl"] / max(a["tokens"], 1.0),
                 "learner_tokens": tok[t],
             }
+            if self.ref is not None:
+                per_task[t]["ref_kl"] = ref_kl_sum[t] / max(tok[t], 1.0)
         metrics = {
             "loss": float(np.mean(losses)) if losses else 0.0,
             "grad_norm": float(np.mean(norms)) if norms else 0.0,

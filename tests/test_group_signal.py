@@ -2,7 +2,8 @@
 
 The model is test_learning's bandit warm start (the tiny model SFT'd on a demonstrator that answers a random digit),
 whose greedy answer is one wrong digit: sampled nearly greedily every member of a group gives that answer, so no
-group carries signal; sampled hot, members differ and some hit the rewarded digit.
+group carries signal; sampled hot, members differ and some hit the rewarded digit. The greedy reply loses every
+problem, so every group with a winning member is one that can move the greedy reply (`rescue`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ def test_signal_is_none_near_greedy_and_some_when_hot(tmp_path):
     assert cold.task == hot.task == "bandit" and cold.groups == hot.groups == 8  # 4 problems x 2 batches
     assert cold.signal == 0.0, "near-greedy members of a group all give the greedy answer"
     assert hot.signal >= 0.25 and 0.0 < hot.success < 1.0, hot
+    assert cold.greedy == hot.greedy == 0.0, "the warm start's greedy answer is wrong on every problem"
+    assert cold.rescue == 0.0 and hot.rescue >= hot.signal, "a group with variance has a win the greedy reply lacks"
     text = table(list(rows.values()))
-    assert "| bandit | 8 | 0.00 / " in text and f"T=1: {hot.signal:.2f} of 8 groups carry signal" in text
+    assert "| bandit | 8 | 0.00 | 0.00 / 0.00 / " in text
+    assert f"T=1: {hot.signal:.2f} of 8 groups carry signal, {hot.rescue:.2f} can move the greedy reply" in text
 
 
 def test_signal_command_rejects_bad_temperatures(capsys):

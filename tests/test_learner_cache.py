@@ -131,6 +131,10 @@ def test_the_kl_reference_runs_only_its_top_blocks_from_the_cache():
     with_kl, kl_reports = run(llama(), cache=True, algo="grpo", kl_coef=0.5)
     without, plain_reports = run(llama(), cache=True, algo="grpo")
     assert kl_reports[1].metrics["loss"] != pytest.approx(plain_reports[1].metrics["loss"], rel=1e-4)
+    # the KL to the reference, measured before each step: none before the first (the model is the reference)
+    assert all(kl_reports[0].per_task[t]["ref_kl"] == pytest.approx(0.0, abs=1e-6) for t in ("even", "odd"))
+    assert all(kl_reports[1].per_task[t]["ref_kl"] > 1e-4 for t in ("even", "odd"))
+    assert "ref_kl" not in plain_reports[1].per_task["even"]
 
 
 def test_a_model_the_cached_path_gets_wrong_falls_back(capsys):
