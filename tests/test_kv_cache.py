@@ -45,7 +45,7 @@ def test_pipeline_engine_spec_holds_an_rl_iteration(plenty_of_memory):
     cfg = load_config("pipeline")
     spec = engine_spec(cfg)
     assert cfg.model.kv_cache_gb == "auto" and spec.kv_cache_gb is None
-    assert spec.max_sequences == 80  # 5 tasks x 4 problems x G=4 (evaluation plays 64 at a time)
+    assert spec.max_sequences == 80  # 20 problems x G=4 (evaluation plays 64 at a time)
     fixed = engine_spec(load_config("pipeline", ["model.kv_cache_gb=3"]))
     assert fixed.kv_cache_gb == 3.0
 
