@@ -24,6 +24,7 @@ from typing import Any
 
 from eppo_train.config import Config, save_config
 from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
+from eppo_train.files import write_json_atomic
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.engine import SharedEngine
 from eppo_train.progress import Progress, RLWatcher
@@ -100,9 +101,7 @@ class Pipeline:
 
     def _finish(self, stage: str, result: dict[str, Any]) -> None:
         self.state["done"][stage] = result
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1))
-        tmp.replace(self.state_path)  # atomic: a kill never leaves half a state file
+        write_json_atomic(self.state_path, self.state)  # a kill never leaves half a state file
 
     def model_after(self, stage: str) -> str:
         done = self.state["done"]

@@ -177,9 +177,10 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
 def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: StudyPaths, command: str,
             progress, engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
     """Train (or resume) one run, evaluate its final model, write its result file; returns the file."""
+    from eppo_train.files import write_json_atomic
     from eppo_train.metrics import read_metrics
     from eppo_train.pipeline import evaluate_model, rl_stage
-    from eppo_train.study_record import build_record, write_json_atomic
+    from eppo_train.study_record import build_record
     from eppo_train.trainer import checkpoint_step
 
     rc = run_config(cfg, run, model, paths.work)
@@ -202,8 +203,9 @@ def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: S
 def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPaths, command: str, progress,
                    engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
     """The start model on the same evaluation set (`start-model.json`, once): what every run's RL adds to it."""
+    from eppo_train.files import write_json_atomic
     from eppo_train.pipeline import evaluate_model
-    from eppo_train.study_record import START_FILE, start_key, start_path, start_record, write_json_atomic
+    from eppo_train.study_record import START_FILE, start_key, start_path, start_record
 
     path = start_path(paths.results, start)
     if path.exists():

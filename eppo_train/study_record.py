@@ -140,14 +140,6 @@ def load_starts(results: Path) -> dict[str, dict]:
     return {start_key(r["start_model"]): r for r in records}
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write then rename: a killed run never leaves half a result file (which would count as done)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
-
-
 class ResultError(ValueError):
     """A result file that cannot be read: one line naming it."""
 

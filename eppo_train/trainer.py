@@ -17,6 +17,7 @@ from pathlib import Path
 
 from eppo_train.advantages import compute_advantages
 from eppo_train.config import Config, save_config
+from eppo_train.files import write_json_atomic, write_text_atomic
 from eppo_train.metrics import MetricsWriter
 from eppo_train.tasks import prepare_tasks, rollout_config, train_problems, training_rewards
 
@@ -35,8 +36,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     marker = run_dir / "latest"
     if not marker.exists():
         return None
-    path = run_dir / "checkpoints" / marker.read_text().strip()
-    return path if path.exists() else None
+    name = marker.read_text().strip()
+    path = run_dir / "checkpoints" / name
+    return path if name and (path / "trainer.json").exists() else None
 
 
 def checkpoint_step(run_dir: Path) -> int:
@@ -104,8 +106,8 @@ class Trainer:
         path = self.run_dir / "checkpoints" / name
         workers.save(path)
         tokenizer.save_pretrained(str(path / "model"))  # the checkpoint is a loadable model folder
-        (path / "trainer.json").write_text(json.dumps({"step": step, "metrics_offset": metrics.offset()}))
-        (self.run_dir / "latest").write_text(name)
+        write_json_atomic(path / "trainer.json", {"step": step, "metrics_offset": metrics.offset()})
+        write_text_atomic(self.run_dir / "latest", name)  # written last: it names a complete checkpoint
         kept = sorted((self.run_dir / "checkpoints").glob("step_*"))
         for old in kept[: -max(self.cfg.run.keep_checkpoints, 1)]:
             shutil.rmtree(old, ignore_errors=True)

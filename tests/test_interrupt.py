@@ -54,9 +54,11 @@ class Command:
             assert time.monotonic() < deadline, f"not ready in {timeout}s: {self.err[-2000:]}"
             time.sleep(0.2)
 
-    def interrupt(self, sig: int, group: bool, within: float = 3.0) -> tuple[int, str, list[psutil.Process]]:
+    def interrupt(self, sig: int, group: bool, within: float = 15.0) -> tuple[int, str, list[psutil.Process]]:
         """Send `sig` (to the whole process group when `group`), wait; (exit code, last stderr line, survivors:
-        the processes of the command still alive `within` seconds after it exited)."""
+        the processes of the command still alive `within` seconds after it exited). A deadline, not a speed check:
+        the command's watchdog finishes off stragglers a second or two after it exits, and under load (a make-train
+        run beside the suite, 2026-12-05) a Ray worker spawned during the shutdown was still exiting at 3 s."""
         seen = psutil.Process(self.proc.pid).children(recursive=True)
         if group:
             os.killpg(self.proc.pid, sig)
@@ -246,8 +248,7 @@ def test_child_shutdown_chatter_after_an_interrupt_is_dropped(tmp_path: Path, gr
     cmd.wait_for(lambda: "child says hi" in cmd.err and "parent after the block" in cmd.err, timeout=60)
     time.sleep(0.5)
     before = len(cmd.err)
-    # within: the command's watchdog outlives it by a second or two, longer under load (measured > 3 s at load 4)
-    code, last, survivors = cmd.interrupt(signal.SIGINT, group=group, within=15.0)
+    code, last, survivors = cmd.interrupt(signal.SIGINT, group=group)
     after = [line for line in cmd.err[before:].splitlines() if line.strip()]
     assert code == 130 and not survivors, cmd.leftovers
     assert after == ["prog: interrupted at start-up; resume with: nothing"], after
@@ -270,8 +271,8 @@ def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path, monkeypat
     cmd.wait_for(lambda: "eval:" in cmd.err, timeout=HUNG_S)  # the bar appears once the engine has started
     time.sleep(10)  # well inside the first generate calls
     before = len(cmd.err)
-    # within: the watchdog sweeps the engine's shared memory after the command exits; under load that took >3 s
-    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True, within=15.0)
+    # the watchdog sweeps the engine's shared memory after the command exits: under load that took > 3 s
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
     after = [s for s in cmd.err[before:].replace("\r", "\n").splitlines() if s.strip() and not s.startswith("eval:")]
     assert rc == 130 and not survivors, cmd.leftovers
     assert re.fullmatch(r"eppo-eval: interrupted at episode \d+/512; rerun with: eppo-eval --policy default .*", line)
