@@ -40,11 +40,6 @@ class SignalRow:
     reply_tokens: float  # mean tokens a reply
 
 
-def problem_key(episode) -> tuple[str, str, int]:  # noqa: ANN001 (an eppo_envs Episode)
-    """A GRPO group's problem: the same (env, split, seed) played G times (`Problem.group_id`)."""
-    return episode.env_id, episode.split, episode.seed
-
-
 def measure(cfg: Config, temperatures: list[float], batches: int,
             progress: Callable[[str], None] = print) -> list[SignalRow]:
     """Play `batches` RL batches of `cfg` at each temperature on one engine; one row per (task, temperature)."""
@@ -52,7 +47,7 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
     from eppo_train.advantages import compute_advantages
     from eppo_train.envpool import LocalEnvPool
     from eppo_train.policy.engine import make_engine
-    from eppo_train.rollout import run_rollout
+    from eppo_train.rollout import Problem, run_rollout
     from eppo_train.tasks import prepare_tasks, rollout_config, train_problems, training_rewards
     from eppo_train.trainer import rollout_metrics
 
@@ -64,10 +59,10 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
     try:
         # the greedy reply to every problem once: what the evaluation would score on it
         greedy_cfg = replace(cfg, rollout=replace(cfg.rollout, temperature=0.0, group_size=1))
-        greedy_won: dict[tuple[str, str, int], bool] = {}
+        greedy_won: dict[str, bool] = {}  # group id -> the greedy reply won
         for b in range(batches):
             result = run_rollout(policy, pool, problems[b], rollout_config(greedy_cfg, slots, 10_000 + b))
-            greedy_won.update((problem_key(e), e.won) for e in result.episodes)
+            greedy_won.update((Problem(e.env_id, e.split, e.seed).group_id, e.won) for e in result.episodes)
             progress(f"greedy: batch {b + 1}/{batches} done")
         for temperature in temperatures:
             at_t = replace(cfg, rollout=replace(cfg.rollout, temperature=temperature))
@@ -81,12 +76,11 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
             stats = rollout_metrics(episodes, samples)
             # a group is one problem's G samples (group id: env, split, seed), so every batch's groups count
             per_task = compute_advantages(training_rewards(samples, slots)).per_task
-            member_won: dict[tuple[str, str, int], bool] = {}
-            for e in episodes:
-                member_won[problem_key(e)] = member_won.get(problem_key(e), False) or e.won
+            member_won: set[str] = {Problem(e.env_id, e.split, e.seed).group_id for e in episodes if e.won}
+            env_of = {s.label: s.env_id for s in slots}
             for task in sorted(per_task):
-                keys = [k for k in greedy_won if k[0] == next(s.env_id for s in slots if s.label == task)]
-                rescued = sum(member_won.get(k, False) and not greedy_won[k] for k in keys)
+                keys = {p.group_id for batch in problems for p in batch if p.env_id == env_of[task]}
+                rescued = sum(k in member_won and not greedy_won[k] for k in keys)
                 rows.append(SignalRow(task, temperature, len(keys), 1.0 - per_task[task]["zero_var_frac"],
                                       rescued / max(len(keys), 1), stats[task]["success"],
                                       sum(greedy_won[k] for k in keys) / max(len(keys), 1),

@@ -43,9 +43,8 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def checkpoint_step(run_dir: Path) -> int:
     """The iteration of the run's newest checkpoint (0: none, start afresh)."""
-    latest = latest_checkpoint(run_dir)
-    state = latest / "trainer.json" if latest is not None else None
-    return int(json.loads(state.read_text())["step"]) if state is not None and state.exists() else 0
+    latest = latest_checkpoint(run_dir)  # only a checkpoint with its trainer.json
+    return int(json.loads((latest / "trainer.json").read_text())["step"]) if latest is not None else 0
 
 
 def check_run_dir(cfg: Config, resume: bool) -> None:
