@@ -162,10 +162,13 @@ def add_signal(p: argparse.ArgumentParser) -> None:
     _config_args(p, "pipeline")
     p.add_argument("--temperatures", default="1.0", help="comma list of sampling temperatures (default: 1.0)")
     p.add_argument("--batches", type=int, default=2, help="RL batches played at each temperature (default: 2)")
+    p.add_argument("--eval", action="store_true",
+                   help="play the pipeline's fixed evaluation set (evaluation.episodes instances a task, "
+                   "rollout.group_size samples each) instead of RL batches")
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
-    from eppo_train.group_signal import measure, table
+    from eppo_train.group_signal import measure, measure_eval, table
 
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -174,8 +177,12 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
-    print(table(measure(cfg, temperatures, args.batches,
-                        progress=lambda line: print(line, file=sys.stderr, flush=True))))
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    rows = (measure_eval(cfg, temperatures, progress) if args.eval
+            else measure(cfg, temperatures, args.batches, progress))
+    print(table(rows))
     return 0
 
 

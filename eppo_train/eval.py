@@ -39,17 +39,21 @@ def print_table(report: EvalReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{report.policy} — {report.episodes_per_task} episodes per task (95% CI)")
-    for column in ("task", "success", "mean reward", "mean turns", "invalid actions"):
+    k = max((s.get("samples", 1) for s in report.tasks.values()), default=1)
+    per = f"{report.episodes_per_task} instances x {k} samples" if k > 1 else f"{report.episodes_per_task} episodes"
+    table = Table(title=f"{report.policy} — {per} per task (95% CI)")
+    columns = ["task", "success" if k == 1 else "pass@1", *([f"pass@{k}"] if k > 1 else []),
+               "mean reward", "mean turns", "invalid actions"]
+    for column in columns:
         table.add_column(column, justify="left" if column == "task" else "right")
+
+    def cell(s: dict, key: str, digits: int = 3) -> str:
+        lo, hi = s[f"{key}_ci95"]
+        return f"{s[key]:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
     for env_id, s in report.tasks.items():
-        table.add_row(
-            env_id,
-            f"{s['success']:.3f} [{s['success_ci95'][0]:.3f}, {s['success_ci95'][1]:.3f}]",
-            f"{s['mean_reward']:.3f} [{s['mean_reward_ci95'][0]:.3f}, {s['mean_reward_ci95'][1]:.3f}]",
-            f"{s['mean_turns']:.2f} [{s['mean_turns_ci95'][0]:.2f}, {s['mean_turns_ci95'][1]:.2f}]",
-            f"{s['invalid_action_rate']:.3f}",
-        )
+        table.add_row(env_id, cell(s, "success"), *([cell(s, "pass_at_k")] if k > 1 else []),
+                      cell(s, "mean_reward"), cell(s, "mean_turns", 2), f"{s['invalid_action_rate']:.3f}")
     # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
@@ -73,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="sampling seed when --temperature > 0")
+    p.add_argument("--samples", type=int, default=1,
+                   help="replies per instance (needs --temperature > 0): success is then pass@1, and pass@K is added")
     p.add_argument("--max-turns", type=int, default=None, help="default: the longest task time limit")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--max-total-tokens", type=int, default=4096)
@@ -111,16 +117,16 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
             importlib.import_module(module)
         except ImportError as exc:
             raise UsageError(f"cannot import {module!r}: {exc}") from None
-    spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split, args.max_turns, args.max_new_tokens,
-                    args.max_total_tokens, args.temperature, args.top_p, args.seed, args.batch_size, args.workers,
-                    args.ray_address)
+    spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split,
+                    args.max_turns, args.max_new_tokens, args.max_total_tokens, args.temperature, args.top_p,
+                    args.seed, args.samples, args.batch_size, args.workers, args.ray_address)
     params = SamplingParams(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     interrupt.set_where(0, f"loading {args.policy}")
     agent = make_policy(args.policy, args.backend,
                         PolicyOptions(args.model_name, args.device, args.dtype, args.batch_size, params,
                                       max(args.max_total_tokens, 256)))
-    bar = _Bar(len(spec.tasks) * spec.episodes, not args.no_progress)
-    interrupt.set_where(0, f"episode 0/{len(spec.tasks) * spec.episodes}")
+    bar = _Bar(len(spec.tasks) * spec.episodes * spec.samples, not args.no_progress)
+    interrupt.set_where(0, f"episode 0/{len(spec.tasks) * spec.episodes * spec.samples}")
 
     def on_progress(p: EvalProgress) -> None:
         interrupt.set_where(0, f"episode {p.done}/{p.total}")

@@ -3,8 +3,11 @@ studies alike.
 
 Instances are seeds 0..episodes-1 of each task's evaluation split: the same for every policy, worker count and
 order, so two reports of one spec are paired instance by instance (`EvalReport.outcomes`), which is what the
-pipeline's paired stage-to-stage intervals rest on. Model policies decode greedily unless `temperature` > 0.
-Intervals come from `eppo_train.stats` (Wilson for rates, percentile bootstrap for means).
+pipeline's paired stage-to-stage intervals rest on. Model policies decode greedily unless `temperature` > 0; with
+`samples` = k > 1 each instance is played k times (sampled), and a report adds pass@k: the share of instances won by
+at least one of the k replies. Intervals come from `eppo_train.stats` (Wilson for rates, percentile bootstrap for
+means; with k > 1 success is a mean over instances of each one's share of wins, bootstrapped over instances, since
+the k replies to one instance are not independent draws of the task).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class EvalSpec:
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
     seed: int = 0  # sampling seed when temperature > 0
+    samples: int = 1  # replies per instance (temperature > 0): success is then pass@1 and the report adds pass@k
     batch_size: int = 64  # episodes played in lockstep per chunk
     workers: int = 0  # Ray env workers (0: envs in this process)
     ray_address: str | None = None
@@ -45,8 +49,11 @@ class EvalSpec:
     reply_tokens: dict[str, int] = field(default_factory=dict)  # env id -> its own reply budget (else max_new_tokens)
 
     def __post_init__(self) -> None:
-        if self.episodes < 1 or self.batch_size < 1:
-            raise UsageError("episodes and batch size must be at least 1")
+        if self.episodes < 1 or self.batch_size < 1 or self.samples < 1:
+            raise UsageError("episodes, samples and batch size must be at least 1")
+        if self.samples > 1 and self.temperature <= 0:
+            raise UsageError("more than one sample per instance needs a temperature > 0 (greedy replies are all "
+                             "the same)")
         if not self.tasks:
             raise UsageError("no tasks to evaluate")
 
@@ -84,12 +91,22 @@ _REPORT_KEYS = ("episodes", "success", "mean_reward", "mean_turns", "invalid_rat
 
 def summarise(episodes: list) -> dict[str, Any]:
     """`stats.episode_stats` with intervals: rates with Wilson intervals, means with bootstrap intervals, and the
-    per-seed outcomes."""
+    per-episode outcomes in seed order. Several episodes of one seed (sampled replies to one instance) make
+    success's interval a bootstrap over instances and add `pass_at_k` (k: episodes per instance), the share of
+    instances with a win, with its Wilson interval."""
     episodes = sorted(episodes, key=lambda e: e.seed)
     point = episode_stats(episodes)
     steps = sum(e.num_steps for e in episodes)
+    by_seed: dict[int, list[bool]] = {}
+    for e in episodes:
+        by_seed.setdefault(e.seed, []).append(bool(e.won))
+    k = max((len(v) for v in by_seed.values()), default=1)
+    if k == 1:
+        success_interval = list(wilson(sum(e.won for e in episodes), len(episodes)))
+    else:
+        success_interval = bootstrap_mean([sum(v) / len(v) for v in by_seed.values()]).as_list()
     intervals = {
-        "success": list(wilson(sum(e.won for e in episodes), len(episodes))),
+        "success": success_interval,
         "mean_reward": bootstrap_mean([e.total_reward for e in episodes]).as_list(),
         "mean_turns": bootstrap_mean([float(e.num_steps) for e in episodes]).as_list(),
         "invalid_rate": list(wilson(sum(e.invalid_actions for e in episodes), steps)),
@@ -100,6 +117,9 @@ def summarise(episodes: list) -> dict[str, Any]:
         out[name] = point[key]
         if key in intervals:
             out[f"{name}_ci95"] = intervals[key]
+    if k > 1:
+        solved = sum(any(v) for v in by_seed.values())
+        out.update(samples=k, pass_at_k=solved / len(by_seed), pass_at_k_ci95=list(wilson(solved, len(by_seed))))
     outcomes = TaskOutcomes([e.seed for e in episodes], [bool(e.won) for e in episodes],
                             [float(e.total_reward) for e in episodes])
     return {**out, "outcomes": asdict(outcomes)}
@@ -188,7 +208,7 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
 
     problems = eval_problems(spec.tasks, spec.split, spec.episodes)
     max_turns = spec.max_turns or max((gym.spec(e).max_episode_steps or 30) for e in spec.tasks)
-    cfg = RolloutConfig(group_size=1, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
+    cfg = RolloutConfig(group_size=spec.samples, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
                         reply_tokens=dict(spec.reply_tokens), max_total_tokens=spec.max_total_tokens,
                         temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed, progress=spec.progress_bar)
     episodes, stats = [], []
@@ -197,13 +217,14 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
 
     def tick(t: RolloutTick) -> None:
         if on_progress is not None:
-            on_progress(EvalProgress(done_before + t.done, len(problems), tokens_before + t.tokens,
+            on_progress(EvalProgress(done_before + t.done, len(problems) * spec.samples, tokens_before + t.tokens,
                                      time.perf_counter() - t0))
 
     with make_pool(spec.workers, spec.ray_address) as pool, listen(tick):
         # Fixed-size chunks in a fixed order: the same instances meet the same batch for every run.
-        for start in range(0, len(problems), spec.batch_size):
-            result = run_rollout(agent, pool, problems[start : start + spec.batch_size], cfg)
+        per_chunk = max(1, spec.batch_size // spec.samples)  # k replies to each of a chunk's instances
+        for start in range(0, len(problems), per_chunk):
+            result = run_rollout(agent, pool, problems[start : start + per_chunk], cfg)
             episodes += result.episodes
             stats.append(result.stats)
             done_before += len(result.episodes)

@@ -15,9 +15,16 @@ task, group size, turn and token caps) from a model without training, and prints
   `reply`: mean tokens per reply.
 
     eppo-train signal --model runs/<run>/sft --temperatures 1.0,1.3 --batches 3
+    eppo-train signal --model runs/<run>/sft --eval        # on the pipeline's fixed evaluation set instead
 
 The problems are drawn from their own seed stream (`signal/<batch>`), never the training run's, and the same
 problems are played at every temperature, so the temperatures are compared on one set.
+
+With `--eval` (`measure_eval`) the problems are the pipeline's evaluation instances instead (seeds 0..N-1 of each
+task's evaluation split, its turn and reply caps), each sampled G times (`rollout.group_size`) and played once
+greedily, and scored on success. Then `greedy + rescue` is the share of evaluation instances that the greedy reply
+or one of G samples wins: RL that sharpens what the model already samples can raise the greedy evaluation at most
+to about that (pass@G with the greedy reply); beyond it RL must find wins the model does not yet sample.
 """
 
 from __future__ import annotations
@@ -91,6 +98,52 @@ def measure(cfg: Config, temperatures: list[float], batches: int,
     return rows
 
 
+def measure_eval(cfg: Config, temperatures: list[float],
+                 progress: Callable[[str], None] = print) -> list[SignalRow]:
+    """The pipeline's fixed evaluation set, greedy once and G samples an instance at each temperature; one row per
+    (task, temperature), `groups` counting instances, `signal` the share whose samples both won and lost."""
+    from eppo_train.actors import engine_spec
+    from eppo_train.evaluation import evaluate
+    from eppo_train.pipeline import eval_specs
+    from eppo_train.policy.engine import make_engine
+    from eppo_train.stats import episode_stats
+    from eppo_train.tasks import prepare_tasks
+
+    slots = prepare_tasks(cfg)
+    specs = eval_specs(cfg, slots)
+    policy = make_engine(engine_spec(cfg))
+    rows: list[SignalRow] = []
+    try:
+        greedy: dict[str, dict[int, bool]] = {}  # env id -> seed -> the greedy reply won
+        for spec, _ in specs:
+            for e in evaluate(spec, policy).episodes:
+                greedy.setdefault(e.env_id, {})[e.seed] = bool(e.won)
+        progress(f"greedy: {sum(map(len, greedy.values()))} instances done")
+        for temperature in temperatures:
+            for spec, group in specs:
+                sampled = replace(spec, temperature=temperature, samples=cfg.rollout.group_size, seed=cfg.run.seed)
+                report = evaluate(sampled, policy)
+                for slot in group:
+                    episodes = [e for e in report.episodes if e.env_id == slot.env_id]
+                    wins: dict[int, list[bool]] = {}
+                    for e in episodes:
+                        wins.setdefault(e.seed, []).append(bool(e.won))
+                    greedy_won = greedy[slot.env_id]
+                    n = max(len(wins), 1)
+                    stats = episode_stats(episodes)
+                    rows.append(SignalRow(slot.label, temperature, len(wins),
+                                          sum(any(w) and not all(w) for w in wins.values()) / n,
+                                          sum(any(w) and not greedy_won[seed] for seed, w in wins.items()) / n,
+                                          stats["success"], sum(greedy_won[seed] for seed in wins) / n,
+                                          stats["response_length"]))
+                rate = report.tokens_generated / max(report.timing["wall_seconds"], 1e-9)
+                progress(f"temperature {temperature}: {len(spec.tasks)} tasks x {spec.episodes} instances x "
+                         f"{sampled.samples} samples done ({rate:.0f} new tok/s)")
+    finally:
+        policy.close()
+    return rows
+
+
 def table(rows: list[SignalRow]) -> str:
     """A markdown table: one row per task, its greedy success, a `signal / rescue / success / reply` cell per
     temperature."""
@@ -109,6 +162,9 @@ def table(rows: list[SignalRow]) -> str:
         at_t = [cell[task, t] for task in tasks]
         total = sum(c.groups for c in at_t)
         share = {k: sum(getattr(c, k) * c.groups for c in at_t) / max(total, 1) for k in ("signal", "rescue")}
+        greedy = sum(c.greedy for c in at_t) / len(at_t)
+        reach = sum(c.greedy + c.rescue for c in at_t) / len(at_t)
         lines.append(f"\nT={t:g}: {share['signal']:.2f} of {total} groups carry signal, {share['rescue']:.2f} can "
-                     "move the greedy reply (a member wins where it loses)")
+                     "move the greedy reply (a member wins where it loses); mean over tasks: greedy "
+                     f"{greedy:.2f}, the greedy reply or a member wins {reach:.2f}")
     return "\n".join(lines)

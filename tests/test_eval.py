@@ -33,6 +33,40 @@ def test_same_command_gives_the_same_numbers_on_fixed_instances(tmp_path):
     assert stats["episodes"] == 3 and stats["mean_turns"] == 3.0 and a["tokens_generated"] > 0
 
 
+def test_samples_give_pass_at_k_from_k_replies_to_each_instance(tmp_path):
+    """`--samples K` plays every instance K times (sampled): success becomes the mean over those replies (pass@1)
+    and the report adds pass@K, the share of instances at least one reply won; each matches the transcripts."""
+    report, transcripts = _run(tmp_path, "k", "--policy", "tiny", "--backend", "hf", "--episodes", "4",
+                               "--max-new-tokens", "6", "--max-turns", "3", "--temperature", "1.0",
+                               "--samples", "3", "--batch-size", "6")
+    assert sorted(t["seed"] for t in transcripts) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    stats = report["tasks"]["example/GuessNumber-v0"]
+    wins = {seed: [t["won"] for t in transcripts if t["seed"] == seed] for seed in range(4)}
+    assert stats["samples"] == 3 and stats["episodes"] == 12
+    assert stats["success"] == sum(map(sum, wins.values())) / 12
+    assert stats["pass_at_k"] == sum(any(w) for w in wins.values()) / 4
+    assert 0.0 <= stats["pass_at_k_ci95"][0] <= stats["pass_at_k"] <= stats["pass_at_k_ci95"][1] <= 1.0
+    again, _ = _run(tmp_path, "k2", "--policy", "tiny", "--backend", "hf", "--episodes", "4", "--max-new-tokens",
+                    "6", "--max-turns", "3", "--temperature", "1.0", "--samples", "3", "--batch-size", "6")
+    assert again["tasks"] == report["tasks"], "seeded sampling: the same command gives the same replies"
+
+
+def test_pass_at_k_against_hand_counted_outcomes():
+    """Two instances, two replies each: wins (1, 0) and (0, 0). pass@1 = 1/4, pass@2 = 1/2; success's interval is a
+    bootstrap over the instances' shares (0.5 and 0), so it spans [0, 0.5], not a Wilson interval over 4 draws."""
+    from eppo_envs.core.record import Episode, Turn
+    from eppo_train.evaluation import summarise
+
+    def episode(seed: int, won: bool) -> Episode:
+        return Episode("t", "t", "test", seed, f"t/{seed}", "", "", [Turn("a", "o", float(won), True)], won=won)
+
+    stats = summarise([episode(0, True), episode(0, False), episode(1, False), episode(1, False)])
+    assert stats["success"] == 0.25 and stats["samples"] == 2 and stats["pass_at_k"] == 0.5
+    assert stats["success_ci95"] == [0.0, 0.5]
+    single = summarise([episode(0, True), episode(1, False)])
+    assert "pass_at_k" not in single and single["success_ci95"][0] > 0.0  # one reply each: Wilson, as before
+
+
 def test_expert_and_random_policies(tmp_path):
     expert, transcripts = _run(tmp_path, "expert", "--policy", "expert", "--episodes", "4")
     assert expert["tasks"]["example/GuessNumber-v0"]["success"] == 1.0
@@ -63,6 +97,8 @@ def test_env_kwargs_reach_the_task(tmp_path):
         (["--policy", "bogus", "--tasks", "all"], "unknown policy 'bogus'"),
         (["--policy", "hf:/no/such/dir", *TASK], "not found"),
         (["--policy", "expert", "--import", "no_such_module_xyz"], "cannot import"),
+        (["--policy", "expert", *TASK, "--samples", "4"], "needs a temperature > 0"),
+        (["--policy", "expert", *TASK, "--samples", "0", "--temperature", "1"], "must be at least 1"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(args, message, capsys):

@@ -13,7 +13,7 @@ from dataclasses import replace
 from test_learning import bandit_config
 
 from eppo_train.cli import main
-from eppo_train.group_signal import measure, table
+from eppo_train.group_signal import measure, measure_eval, table
 from eppo_train.sft import sft_model
 from eppo_train.tasks import prepare_tasks
 
@@ -43,3 +43,17 @@ def test_signal_command_rejects_bad_temperatures(capsys):
     assert main(["signal", "--config", "tiny", "--temperatures", "0,1"]) == 2
     err = capsys.readouterr().err
     assert "--temperatures: a comma list of numbers, got 'hot'" in err and "must be > 0" in err
+
+
+def test_signal_on_the_evaluation_set_counts_instances_the_greedy_reply_loses_and_a_sample_wins(tmp_path):
+    """`--eval`: the pipeline's evaluation instances (seeds 0..N-1 of the eval split), G samples each. The warm
+    start's greedy answer is wrong everywhere, so `rescue` is the share of instances a sample wins (pass@G), and the
+    reach line adds it to the greedy success."""
+    cfg = _warm_start(tmp_path)
+    cfg = replace(cfg, evaluation=replace(cfg.evaluation, episodes=8), rollout=replace(cfg.rollout, group_size=4))
+    (row,) = measure_eval(cfg, [1.0], progress=lambda _: None)
+    assert row.task == "bandit" and row.groups == 8 and row.greedy == 0.0
+    assert 0.0 < row.rescue <= 1.0 and 0.0 < row.success <= row.rescue, row  # pass@1 <= pass@4
+    assert row.signal <= row.rescue  # a mixed instance has a win, and the greedy reply lost it
+    text = table([row])
+    assert f"mean over tasks: greedy 0.00, the greedy reply or a member wins {row.rescue:.2f}" in text
