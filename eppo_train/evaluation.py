@@ -91,24 +91,29 @@ _REPORT_KEYS = ("episodes", "success", "mean_reward", "mean_turns", "invalid_rat
 
 def summarise(episodes: list) -> dict[str, Any]:
     """`stats.episode_stats` with intervals: rates with Wilson intervals, means with bootstrap intervals, and the
-    per-episode outcomes in seed order. Several episodes of one seed (sampled replies to one instance) make
-    success's interval a bootstrap over instances and add `pass_at_k` (k: episodes per instance), the share of
-    instances with a win, with its Wilson interval."""
+    per-episode outcomes in seed order. Several episodes of one seed (sampled replies to one instance) make every
+    interval a bootstrap over instances and add `pass_at_k` (k: episodes per instance), the share of instances with
+    a win, with its Wilson interval."""
     episodes = sorted(episodes, key=lambda e: e.seed)
     point = episode_stats(episodes)
     steps = sum(e.num_steps for e in episodes)
-    by_seed: dict[int, list[bool]] = {}
+    by_seed: dict[int, list] = {}
     for e in episodes:
-        by_seed.setdefault(e.seed, []).append(bool(e.won))
+        by_seed.setdefault(e.seed, []).append(e)
     k = max((len(v) for v in by_seed.values()), default=1)
+
+    def per_instance(value: Callable[[Any], float]) -> list[float]:
+        """One value an instance (the mean over its k replies): what a bootstrap resamples when k > 1."""
+        return [sum(map(value, v)) / len(v) for v in by_seed.values()]
+
     if k == 1:
         success_interval = list(wilson(sum(e.won for e in episodes), len(episodes)))
     else:
-        success_interval = bootstrap_mean([sum(v) / len(v) for v in by_seed.values()]).as_list()
+        success_interval = bootstrap_mean(per_instance(lambda e: float(e.won))).as_list()
     intervals = {
         "success": success_interval,
-        "mean_reward": bootstrap_mean([e.total_reward for e in episodes]).as_list(),
-        "mean_turns": bootstrap_mean([float(e.num_steps) for e in episodes]).as_list(),
+        "mean_reward": bootstrap_mean(per_instance(lambda e: e.total_reward)).as_list(),
+        "mean_turns": bootstrap_mean(per_instance(lambda e: float(e.num_steps))).as_list(),
         "invalid_rate": list(wilson(sum(e.invalid_actions for e in episodes), steps)),
     }
     out: dict[str, Any] = {}
@@ -118,7 +123,7 @@ def summarise(episodes: list) -> dict[str, Any]:
         if key in intervals:
             out[f"{name}_ci95"] = intervals[key]
     if k > 1:
-        solved = sum(any(v) for v in by_seed.values())
+        solved = sum(any(e.won for e in v) for v in by_seed.values())
         out.update(samples=k, pass_at_k=solved / len(by_seed), pass_at_k_ci95=list(wilson(solved, len(by_seed))))
     outcomes = TaskOutcomes([e.seed for e in episodes], [bool(e.won) for e in episodes],
                             [float(e.total_reward) for e in episodes])

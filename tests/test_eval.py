@@ -52,8 +52,9 @@ def test_samples_give_pass_at_k_from_k_replies_to_each_instance(tmp_path):
 
 
 def test_pass_at_k_against_hand_counted_outcomes():
-    """Two instances, two replies each: wins (1, 0) and (0, 0). pass@1 = 1/4, pass@2 = 1/2; success's interval is a
-    bootstrap over the instances' shares (0.5 and 0), so it spans [0, 0.5], not a Wilson interval over 4 draws."""
+    """Two instances, two replies each: wins (1, 0) and (0, 0). pass@1 = 1/4, pass@2 = 1/2; success's (and the
+    reward's) interval is a bootstrap over the instances' shares (0.5 and 0), so it spans [0, 0.5], not an interval
+    over 4 independent draws."""
     from eppo_envs.core.record import Episode, Turn
     from eppo_train.evaluation import summarise
 
@@ -62,7 +63,7 @@ def test_pass_at_k_against_hand_counted_outcomes():
 
     stats = summarise([episode(0, True), episode(0, False), episode(1, False), episode(1, False)])
     assert stats["success"] == 0.25 and stats["samples"] == 2 and stats["pass_at_k"] == 0.5
-    assert stats["success_ci95"] == [0.0, 0.5]
+    assert stats["success_ci95"] == [0.0, 0.5] and stats["mean_reward_ci95"] == [0.0, 0.5]
     single = summarise([episode(0, True), episode(1, False)])
     assert "pass_at_k" not in single and single["success_ci95"][0] > 0.0  # one reply each: Wilson, as before
 
