@@ -89,6 +89,14 @@ _REPORT_NAMES = {"invalid_rate": "invalid_action_rate"}
 _REPORT_KEYS = ("episodes", "success", "mean_reward", "mean_turns", "invalid_rate", "truncated")
 
 
+def by_instance(episodes: list) -> dict[int, list]:
+    """Episodes grouped by seed, in the order given: one instance's replies (k of them with `samples` = k)."""
+    out: dict[int, list] = {}
+    for e in episodes:
+        out.setdefault(e.seed, []).append(e)
+    return out
+
+
 def summarise(episodes: list) -> dict[str, Any]:
     """`stats.episode_stats` with intervals: rates with Wilson intervals, means with bootstrap intervals, and the
     per-episode outcomes in seed order. Several episodes of one seed (sampled replies to one instance) make every
@@ -97,9 +105,7 @@ def summarise(episodes: list) -> dict[str, Any]:
     episodes = sorted(episodes, key=lambda e: e.seed)
     point = episode_stats(episodes)
     steps = sum(e.num_steps for e in episodes)
-    by_seed: dict[int, list] = {}
-    for e in episodes:
-        by_seed.setdefault(e.seed, []).append(e)
+    by_seed = by_instance(episodes)
     k = max((len(v) for v in by_seed.values()), default=1)
 
     def per_instance(value: Callable[[Any], float]) -> list[float]:

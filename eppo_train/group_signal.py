@@ -103,7 +103,7 @@ def measure_eval(cfg: Config, temperatures: list[float],
     """The pipeline's fixed evaluation set, greedy once and G samples an instance at each temperature; one row per
     (task, temperature), `groups` counting instances, `signal` the share whose samples both won and lost."""
     from eppo_train.actors import engine_spec
-    from eppo_train.evaluation import evaluate
+    from eppo_train.evaluation import by_instance, evaluate
     from eppo_train.pipeline import eval_specs
     from eppo_train.policy.engine import make_engine
     from eppo_train.stats import episode_stats
@@ -125,9 +125,7 @@ def measure_eval(cfg: Config, temperatures: list[float],
                 report = evaluate(sampled, policy)
                 for slot in group:
                     episodes = [e for e in report.episodes if e.env_id == slot.env_id]
-                    wins: dict[int, list[bool]] = {}
-                    for e in episodes:
-                        wins.setdefault(e.seed, []).append(bool(e.won))
+                    wins = {seed: [e.won for e in replies] for seed, replies in by_instance(episodes).items()}
                     greedy_won = greedy[slot.env_id]
                     n = max(len(wins), 1)
                     stats = episode_stats(episodes)
