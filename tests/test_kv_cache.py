@@ -54,3 +54,36 @@ def test_pipeline_engine_spec_holds_an_rl_iteration(plenty_of_memory):
 def test_bad_kv_cache_setting_is_one_line(value):
     with pytest.raises(ConfigError, match="model.kv_cache_gb"):
         load_config("pipeline", [f"model.kv_cache_gb={value}"])
+
+
+def test_a_capped_cache_says_so_in_one_line(monkeypatch):
+    """A cache smaller than the batch needs is slower and can flip near-tie greedy replies: the user is told."""
+    spec = EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80)  # needs 4 GiB
+    monkeypatch.setattr(engine, "available_memory", lambda: 5 * GiB)
+    gib = kv_cache_gib(spec)
+    assert gib == 2
+    line = engine.kv_cache_warning(spec, gib)
+    assert line is not None and "\n" not in line
+    assert line.startswith("warning: vLLM's KV cache is 2 GiB of the 4 GiB") and "model.kv_cache_gb" in line
+    assert engine.kv_cache_warning(spec, 4) is None and engine.kv_cache_warning(spec, 8) is None
+
+
+def test_the_engine_start_prints_the_warning_only_for_a_capped_automatic_cache(monkeypatch, capsys):
+    """The wiring in `_start_vllm`: an automatic cache capped by free memory sets vLLM's cache size and prints the
+    one line; a size the user chose (model.kv_cache_gb) is taken without it. The engine itself is not started here
+    (tests/test_vllm.py does that)."""
+    import eppo_train.policy.vllm as vllm_policy
+
+    started = []
+    monkeypatch.setattr(vllm_policy, "VLLMPolicy", lambda *a, **k: started.append((a, k)) or object())
+    monkeypatch.setattr(engine, "available_memory", lambda: 5 * GiB)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "0")  # so that teardown restores what was there before
+    for chosen, expected_gib, warned in ((None, "2", True), (1.0, "1", False)):
+        monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+        engine._start_vllm(EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80,
+                                      kv_cache_gb=chosen))
+        err = capsys.readouterr().err
+        assert engine.os.environ["VLLM_CPU_KVCACHE_SPACE"] == expected_gib
+        assert ("warning: vLLM's KV cache is 2 GiB of the 4 GiB" in err) is warned, err
+    assert len(started) == 2

@@ -9,6 +9,7 @@ against (`tests/test_vllm.py`).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -70,7 +71,11 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
     else:
         gib = kv_cache_gib(spec) if spec.kv_cache_gb is None else max(1, round(spec.kv_cache_gb))
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(gib))
+        if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(gib)
+            warning = kv_cache_warning(spec, gib) if spec.kv_cache_gb is None else None  # auto, capped by memory
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
         # Every core runs the model (vLLM's CPU default leaves one for its front end, which sits idle while the
         # model runs; measured in docs/bench.md).
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(0, (os.cpu_count() or 1) - 1)}")
@@ -85,6 +90,24 @@ def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
     """Whole GiB of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
     multi-turn batch keeps every earlier turn cached (prefix caching) instead of re-prefilling it; at most
     `memory_share` of the memory available now (the learner and the envs need the rest), at least 1."""
+    return max(1, min(kv_cache_needed_gib(spec), int(available_memory() * memory_share / 2**30)))
+
+
+def kv_cache_warning(spec: EngineSpec, gib: int) -> str | None:
+    """One line when `gib` is less than the whole batch needs, else None. Such a cache drops earlier turns' blocks:
+    they are prefilled again (slower), and a prompt prefilled whole rather than from cached blocks gets different
+    bf16 rounding, so near-tie greedy replies can differ from a run with the full cache (measured: the same WebShop
+    evaluation moved on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
+    need = kv_cache_needed_gib(spec)
+    if gib >= need:
+        return None
+    return (f"warning: vLLM's KV cache is {gib} GiB of the {need} GiB a batch of {spec.max_sequences} x "
+            f"{spec.max_model_len} tokens needs (too little free memory): slower, and near-tie greedy replies can "
+            "differ from a run with the whole cache; free memory or set model.kv_cache_gb")
+
+
+def kv_cache_needed_gib(spec: EngineSpec) -> int:
+    """Whole GiB that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens (at least 1)."""
     import math
 
     import torch
@@ -98,8 +121,7 @@ def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
     value_bytes = torch.empty(0, dtype=getattr(torch, resolve_dtype(spec.dtype))).element_size()
     # a key and a value vector per layer and KV head, for every token
     per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * value_bytes
-    wanted = math.ceil(spec.max_sequences * spec.max_model_len * per_token / 2**30)
-    return max(1, min(wanted, int(available_memory() * memory_share / 2**30)))
+    return max(1, math.ceil(spec.max_sequences * spec.max_model_len * per_token / 2**30))
 
 
 def available_memory() -> int:
