@@ -91,3 +91,66 @@ def test_weight_update_changes_output(engines):
     after = [g.token_ids for g in engine.generate(prompts, params)]
     assert after != before
     assert after == [g.token_ids for g in hf.generate(prompts, params)]
+
+
+def _burn(stop) -> None:  # noqa: ANN001  (a multiprocessing.Event)
+    while not stop.is_set():
+        pass
+
+
+def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_under_load(engines):
+    """The CPU default (policy/hosted.py): vLLM's engine core in process, inside a child of ours.
+
+    - It starts in a process that has imported numba (bm25s, the SearchQA retriever, does): vLLM's in-process start,
+      run in *this* process, fails on llvmlite's FFI object (`'_lib_fn_wrapper' object has no attribute 'get'`).
+    - Weights pushed from the learner reach it: its greedy tokens equal HF's with the same weights, twice.
+    - The same call twice, once with a busy process beside it, returns the same tokens and log-probs bit for bit,
+      greedy and seeded sampling: the call is queued whole before the first engine step.
+    """
+    import multiprocessing
+    import sys
+
+    pytest.importorskip("bm25s")
+    if "numba" not in sys.modules and __import__("importlib").util.find_spec("numba") is not None:
+        import numba  # noqa: F401  (what bm25s imports when it is installed)
+    from eppo_train.policy.hosted import HostedVLLMPolicy
+
+    hf, _ = engines
+    hosted = HostedVLLMPolicy(MODEL, dtype="float32", max_model_len=1024, enforce_eager=True)
+    try:
+        # the HF model's weights as they are now (an earlier test of this module pushed perturbed ones into it)
+        hosted.update_weights({name: p.detach() for name, p in hf.model.named_parameters()})
+        greedy = SamplingParams(max_new_tokens=16, temperature=0.0)
+        prompts = _prompts(hf.tokenizer)
+        assert [g.token_ids for g in hosted.generate(prompts, greedy)] == [g.token_ids for g in
+                                                                           hf.generate(prompts, greedy)]
+        many = []
+        for i in range(24):  # prompts of many lengths
+            words = " ".join(f"w{(i * 7 + j) % 97}" for j in range(20 + 5 * (i % 9)))
+            text = hf.tokenizer.apply_chat_template([{"role": "user", "content": f"Item {i}: {words}. Summarise."}],
+                                                    add_generation_prompt=True, tokenize=False)
+            many.append(hf.tokenizer(text, add_special_tokens=False)["input_ids"])
+        for params in (greedy, SamplingParams(max_new_tokens=16, temperature=1.0, seed=5)):
+            runs = []
+            for loaded in (False, True):
+                stop = multiprocessing.Event()
+                burners = [multiprocessing.Process(target=_burn, args=(stop,)) for _ in range(1 if loaded else 0)]
+                for b in burners:
+                    b.start()
+                try:
+                    runs.append([(g.token_ids, g.logprobs) for g in hosted.generate(many, params)])
+                finally:
+                    stop.set()
+                    for b in burners:
+                        b.join()
+            assert runs[0] == runs[1], params
+        gen = torch.Generator().manual_seed(9)
+        new = {name: p.detach() + 0.5 * p.detach().std() * torch.randn(p.shape, generator=gen)
+               for name, p in hf.model.named_parameters() if ".layers." in name}
+        hf.update_weights(new)
+        hosted.update_weights(new)
+        assert [g.token_ids for g in hosted.generate(prompts, greedy)] == [g.token_ids for g in
+                                                                           hf.generate(prompts, greedy)]
+    finally:
+        hosted.close()
+    assert hosted._process is None

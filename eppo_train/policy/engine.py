@@ -3,7 +3,8 @@
 Both are `PolicyBackend`s with the same contract (token ids in; sampled ids and their sampling log-probs out;
 weights updated in place every iteration), so the trainer, SFT demos, evaluation and the benchmark pick one with
 `model.backend` / `--backend` and never look further. HF is the fallback and the reference the vLLM path is tested
-against (`tests/test_vllm.py`).
+against (`tests/test_vllm.py`). On CPU the vLLM engine is `HostedVLLMPolicy` (policy/hosted.py: its engine core in
+process, inside a child of ours, so the same call gives the same bits at any machine load); on CUDA `VLLMPolicy`.
 """
 
 from __future__ import annotations
@@ -57,13 +58,16 @@ def make_engine(spec: EngineSpec) -> PolicyBackend:
 
 
 def _start_vllm(spec: EngineSpec) -> PolicyBackend:
+    import importlib.util
+
     import torch
 
     hint = "choose transformers generation with --set model.backend=hf (or --backend hf)"
-    try:
-        from eppo_train.policy.vllm import VLLMPolicy
-    except ImportError as exc:
-        raise EngineError(f"vLLM is not installed ({exc}); run make install, or {hint}") from None
+    if importlib.util.find_spec("vllm") is None:  # found without importing it (the engine's process imports it)
+        raise EngineError(f"vLLM is not installed (no module named 'vllm'); run make install, or {hint}")
+    from eppo_train.policy.hosted import HostedVLLMPolicy
+    from eppo_train.policy.vllm import VLLMPolicy
+
     # vLLM logs every weight it casts and every compile step at INFO: that would bury the run's own progress lines.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     kwargs: dict = {}
@@ -79,8 +83,11 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
         # Every core runs the model (vLLM's CPU default leaves one for its front end, which sits idle while the
         # model runs; measured in docs/bench.md).
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(0, (os.cpu_count() or 1) - 1)}")
+    # On CPU the engine core runs in process inside a child of ours (policy/hosted.py: reproducible calls, and
+    # faster on 2 cores); on CUDA vLLM's own engine process, whose throughput there is not measured against it.
+    engine_class = VLLMPolicy if torch.cuda.is_available() else HostedVLLMPolicy
     try:
-        return VLLMPolicy(spec.model, dtype=spec.dtype, max_model_len=spec.max_model_len, seed=spec.seed, **kwargs)
+        return engine_class(spec.model, dtype=spec.dtype, max_model_len=spec.max_model_len, seed=spec.seed, **kwargs)
     except Exception as exc:  # vLLM raises many kinds (unsupported head size, no memory, engine died)
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise EngineError(f"vLLM could not start for {spec.model}: {reason}; {hint}") from exc

@@ -26,7 +26,8 @@ from the learner each iteration without restarting the engine.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from eppo_train.interrupt import relayed_child_output
@@ -143,17 +144,12 @@ class VLLMPolicy(PolicyBackend):
     # ----------------------------------------------------------------- weights
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Load the learner's (HF-named) tensors into the running engine; no restart, prefix cache cleared."""
-        import tempfile
+        with weights_file(state_dict) as path:
+            self.load_weights_file(path)
 
-        from safetensors.torch import save_file
-
-        # The tensors go through a file in shared memory, not vLLM's RPC: its msgpack channel does not carry a
-        # list of tensors intact, and pickling is off by default. Workers on the same machine read it directly.
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        with tempfile.TemporaryDirectory(prefix="eppo-weights-", dir=shm) as tmp:
-            path = os.path.join(tmp, "weights.safetensors")
-            save_file({name: _cpu(t) for name, t in state_dict.items()}, path)
-            self.llm.collective_rpc("eppo_load_weights", args=(path,))
+    def load_weights_file(self, path: str) -> None:
+        """Load the HF-named tensors of a safetensors file into the running engine; prefix cache cleared."""
+        self.llm.collective_rpc("eppo_load_weights", args=(path,))
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
@@ -165,6 +161,23 @@ class VLLMPolicy(PolicyBackend):
             if callable(shutdown):
                 shutdown()
             self.llm = None
+
+
+@contextmanager
+def weights_file(state_dict: Mapping[str, Any]) -> Iterator[str]:
+    """The tensors saved as a safetensors file in shared memory (where there is some), removed afterwards.
+
+    Weights reach the engine's workers through a file, not vLLM's RPC: its msgpack channel does not carry a list of
+    tensors intact, and pickling is off by default. Workers on the same machine read it directly."""
+    import tempfile
+
+    from safetensors.torch import save_file
+
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="eppo-weights-", dir=shm) as tmp:
+        path = os.path.join(tmp, "weights.safetensors")
+        save_file({name: _cpu(t) for name, t in state_dict.items()}, path)
+        yield path
 
 
 def _sampled_logprob(step: Mapping[int, Any] | None, token: int) -> float:
