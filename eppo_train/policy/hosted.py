@@ -111,7 +111,7 @@ def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (
 
         engine = VLLMPolicy(model, **kwargs)
     except Exception as exc:  # noqa: BLE001  (sent to the parent, which raises it with its reason)
-        conn.send(("error", " ".join(f"{type(exc).__name__}: {exc}".split())[:500]))
+        conn.send(("error", _one_line(exc)))
         return
     conn.send(("ok", "ready"))
     try:
@@ -126,6 +126,11 @@ def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (
             try:
                 conn.send(("ok", getattr(engine, method)(*args)))
             except Exception as exc:  # noqa: BLE001
-                conn.send(("error", " ".join(f"{type(exc).__name__}: {exc}".split())[:500]))
+                conn.send(("error", _one_line(exc)))
     finally:
         engine.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as the parent's one-line reason: its type and message, whitespace folded, at most 500 chars."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
