@@ -50,7 +50,7 @@ def make_train_workload(model: str, quick: bool):
     return cfg, rc, train_problems(cfg, slots, 0)
 
 
-@section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the matmul rate", "8-15 min")
+@section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the matmul rate", "25-35 min (HF is most of it)")
 def bench_rollout(ctx: BenchContext) -> list[Figure]:
     from eppo_train.envpool import LocalEnvPool
     from eppo_train.policy.engine import EngineSpec, make_engine
