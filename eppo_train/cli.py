@@ -169,6 +169,8 @@ def add_signal(p: argparse.ArgumentParser) -> None:
 
 def cmd_signal(args: argparse.Namespace) -> int:
     from eppo_train.group_signal import measure, measure_eval, table
+    from eppo_train.progress import Progress
+    from eppo_train.ticks import listen
 
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -177,11 +179,15 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    rows = (measure_eval(cfg, temperatures, progress) if args.eval
-            else measure(cfg, temperatures, args.batches, progress))
+    # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
+    progress = Progress(["signal"], [])
+    progress.start("signal")
+    try:
+        with listen(progress.ticks("episodes")):
+            rows = (measure_eval(cfg, temperatures, progress.note) if args.eval
+                    else measure(cfg, temperatures, args.batches, progress.note))
+    finally:
+        progress.stop()
     print(table(rows))
     return 0
 

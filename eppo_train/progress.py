@@ -130,8 +130,12 @@ class Progress:
         self._line(f"{self._pos(self.stage or 'rl')}: iteration {step}/{total} | train success {succ} | "
                    f"{record.get('iteration_time_s', 0.0):.0f}s/it | stage ETA {_fmt_s(per * (total - step))}")
 
-    def done(self, summary: Path) -> None:
+    def stop(self) -> None:
+        """Stop the heartbeat thread (a command that writes no summary file ends with this)."""
         self._stopped.set()
+
+    def done(self, summary: Path) -> None:
+        self.stop()
         self._line(f"finished: {summary}")
 
 

@@ -57,3 +57,15 @@ def test_signal_on_the_evaluation_set_counts_instances_the_greedy_reply_loses_an
     assert row.signal <= row.rescue  # a mixed instance has a win, and the greedy reply lost it
     text = table([row])
     assert f"mean over tasks: greedy 0.00, the greedy reply or a member wins {row.rescue:.2f}" in text
+
+
+def test_signal_command_reports_progress_inside_each_pass(capsys):
+    """A pass over the evaluation set takes minutes on CPU: the command reports episodes done as it goes, then the
+    table on stdout."""
+    assert main(["signal", "--config", "tiny", "--batches", "1", "--set", "ray.enabled=false"]) == 0
+    captured = capsys.readouterr()
+    assert "stage 1/1 signal: started" in captured.err
+    assert "greedy: batch 1/1 done" in captured.err and "temperature 1.0: batch 1/1 done" in captured.err
+    assert "stage 1/1 signal: episodes 4/4" in captured.err, captured.err  # 2 tasks x 2 problems, greedy
+    assert "stage 1/1 signal: episodes 12/12" in captured.err, captured.err  # the same x G=3 samples
+    assert "| guess_large | 2 |" in captured.out and "| guess_small | 2 |" in captured.out
