@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import textwrap
 import time
@@ -223,6 +224,11 @@ def test_unsafe_mode_needs_an_explicit_opt_in(monkeypatch):
     result = unsafe.run("import numpy\nprint('hi')")
     assert (result.reason, result.stdout, result.backend) == ("ok", "hi\n", "rlimit")
     assert unsafe.run("import torch").reason == "error"
+    site = unsafe.backend.site
+    assert os.path.isdir(site)
+    del unsafe
+    gc.collect()
+    assert not os.path.exists(site)  # its folder of package links goes with it, not left in /tmp
 
 
 def test_missing_bubblewrap_refuses(monkeypatch):

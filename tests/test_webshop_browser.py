@@ -197,6 +197,7 @@ def test_sigkill_of_the_owner_leaves_no_browser_process():
         while time.monotonic() < deadline and _alive(int(reaper_pid)):
             time.sleep(0.1)
         assert not _alive(int(reaper_pid))  # the reaper itself is gone too
+        assert not os.path.exists(profile)  # and so is the profile folder the owner never removed
     finally:
         if owner.poll() is None:
             owner.kill()

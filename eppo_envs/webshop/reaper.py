@@ -11,7 +11,7 @@ would leave them running for good, re-parented to init. A parent-death signal wo
 - a small reaper process, started in its own session, blocks reading a pipe whose only writer is the owner.
   When the owner exits or is killed, the kernel closes that pipe; the reaper wakes up, finds all those processes
   (before killing any, so no orphan escapes to init unseen), kills them, repeats while any is left (one may have
-  been starting), and exits. On a normal `close()` the browser is
+  been starting), removes the browser's profile folder, and exits. On a normal `close()` the browser is
   already gone and the reaper finds nothing to kill.
 """
 
@@ -25,7 +25,7 @@ import sys
 TAG_ENV = "EPPO_BROWSER_TAG"
 
 _REAPER = r"""
-import os, signal, sys, time
+import os, shutil, signal, sys, time
 tag = (sys.argv[1] + "=" + sys.argv[2]).encode()
 profile = sys.argv[3].encode()
 while os.read(0, 4096):  # only EOF matters: the owner closed the pipe or died
@@ -64,6 +64,7 @@ for _ in range(10):
         except OSError:
             pass
     time.sleep(0.2)
+shutil.rmtree(sys.argv[3], ignore_errors=True)  # the profile folder, which a killed owner could not remove
 """
 
 

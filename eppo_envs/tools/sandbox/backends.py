@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +176,8 @@ class RlimitBackend:
         self.layout = layout
         # A folder of symlinks to the allowed packages keeps the import path to the allow-list.
         self.site = tempfile.mkdtemp(prefix="eppo-unsafe-site-")
+        # Removed when the backend is collected or the interpreter exits: one folder per Sandbox, never left in /tmp.
+        self._remove_site = weakref.finalize(self, shutil.rmtree, self.site, True)
         for host_path, name in layout.packages:
             os.symlink(host_path, os.path.join(self.site, name))
         self.prlimit = shutil.which("prlimit")
