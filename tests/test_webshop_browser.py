@@ -187,6 +187,7 @@ def test_sigkill_of_the_owner_leaves_no_browser_process():
         profile, driver_pid, reaper_pid = owner.stdout.readline().split()
         before = _chromium_pids(profile)
         assert len(before) >= 3 and _alive(int(driver_pid)), before  # Chromium's processes and chromedriver
+        assert list(Path(profile, "tmp").glob("org.chromium.*"))  # its temp folders are inside the profile
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
         deadline = time.monotonic() + 5.0  # "nothing survives the owner by more than a few seconds"

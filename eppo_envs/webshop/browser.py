@@ -82,10 +82,14 @@ class HeadlessChromium:
         for flag in CHROMIUM_FLAGS:
             options.add_argument(flag)
         shutil.rmtree(self.profile_dir, ignore_errors=True)
-        os.makedirs(self.profile_dir, exist_ok=True)
+        # Chromium's own temp folders (org.chromium.Chromium.*) go inside the profile, so they go with it, even
+        # when Chromium is killed before it can remove them.
+        temp_dir = os.path.join(self.profile_dir, "tmp")
+        os.makedirs(temp_dir, exist_ok=True)
         options.add_argument(f"--user-data-dir={self.profile_dir}")
+        env = {**self._reaper.env(), "TMPDIR": temp_dir}
         try:
-            driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=self._reaper.env()), options=options)
+            driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=options)
         except Exception as exc:
             raise BrowserError(f"could not start headless Chromium: {type(exc).__name__}: {exc}") from exc
         driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S
