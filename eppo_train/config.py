@@ -121,6 +121,7 @@ class AlgoConfig:
     advantage_options: dict[str, Any] = field(default_factory=dict)  # the estimator's own settings
     scale_by_std: bool = True  # False: Dr. GRPO (centre only)
     filter_zero_variance: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal
+    expert_guidance: bool = False  # a group that only lost gets the task expert's winning episode as a member
 
 
 @dataclass
@@ -353,6 +354,9 @@ def validate(cfg: Config) -> None:
     need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens: must be >= 1")
     need(cfg.rollout.temperature > 0, "rollout.temperature: must be > 0")
     need(cfg.learner.lr > 0, f"learner.lr: must be > 0, got {cfg.learner.lr}")
+    need(not cfg.algo.expert_guidance or cfg.learner.recompute_old_logprobs,
+         "algo.expert_guidance needs learner.recompute_old_logprobs: true (the expert's replies have no sampling "
+         "log-probs)")
     need(cfg.learner.micro_batch_tokens >= 16, "learner.micro_batch_tokens: must be >= 16")
     need(cfg.learner.mini_batches >= 1 and cfg.learner.epochs >= 1, "learner: mini_batches and epochs >= 1")
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")

@@ -198,13 +198,13 @@ def run_rollout(
                 bar.update(1)
         bar.set_postfix(turn=turn + 1, live=sum(not x.done for x in lives))
         tokens += sum(len(a.token_ids or ()) for a in actions)
-        notify(RolloutTick(sum(x.done for x in lives), len(lives), tokens, gen_s, turn + 1))
+        notify(RolloutTick(sum(x.done for x in lives), len(lives), tokens, gen_s, turn + 1, agent=agent.name))
     for live in lives:
         if not live.done:  # out of turns
             live.done = live.episode.truncated = True
             bar.update(1)
     bar.close()
-    notify(RolloutTick(len(lives), len(lives), tokens, gen_s, cfg.max_turns, final=True))
+    notify(RolloutTick(len(lives), len(lives), tokens, gen_s, cfg.max_turns, final=True, agent=agent.name))
     wall = time.perf_counter() - started
     samples = [s for live in lives for s in _samples(live)] if fmt is not None else []
     episodes = [live.episode for live in lives]

@@ -19,37 +19,16 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from eppo_train.config import Config, to_dict
-from eppo_train.policy.agents import Action, Agent, TurnState
+from eppo_train.policy.agents import ExpertTokenAgent
 from eppo_train.records import Sample
 from eppo_train.tasks import TaskSlot, prepare_tasks, rollout_config, train_problems
-
-
-class ExpertTokenAgent(Agent):
-    """Each env's expert, answering in tokens: the reply text tokenized plus the end-of-turn token, as the
-    sampler would have emitted it. Log-probs are 0 (the expert is not a distribution)."""
-
-    needs_tokens = True
-    name = "expert"
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        eos = tokenizer.eos_token_id
-        self.eos = eos if isinstance(eos, int) else list(eos)[0]
-
-    def act(self, states: Sequence[TurnState], pool) -> list[Action]:
-        out = []
-        for state, text in zip(states, pool.expert_actions([s.slot for s in states]), strict=True):
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max(state.budget - 1, 0)]
-            ids = ids + [self.eos]
-            out.append(Action(text, ids, [0.0] * len(ids), True))
-        return out
 
 
 def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes: int) -> tuple[list[Sample], dict]:

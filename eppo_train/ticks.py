@@ -20,6 +20,7 @@ class RolloutTick:
     generation_seconds: float  # time spent in the agent so far in this call
     turn: int  # turns played so far
     final: bool = False  # the call's last tick
+    agent: str = ""  # who plays (`Agent.name`): "expert" for demonstrations and expert-guided groups
 
 
 Listener = Callable[[RolloutTick], None]

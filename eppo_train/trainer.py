@@ -169,10 +169,16 @@ class Trainer:
 
         cfg = self.cfg
         t0 = time.perf_counter()
-        result = run_rollout(workers.policy, pool, train_problems(cfg, self.slots, it),
-                             rollout_config(cfg, self.slots, it))
+        rc = rollout_config(cfg, self.slots, it)
+        result = run_rollout(workers.policy, pool, train_problems(cfg, self.slots, it), rc)
+        batch, guided = result.samples, {}
+        if cfg.algo.expert_guidance:
+            from eppo_train.guidance import expert_guidance
+
+            guidance = expert_guidance(result.samples, pool, workers.policy.tokenizer, rc, cfg.sft.max_reply_tokens)
+            batch, guided = result.samples + guidance.samples, guidance.per_task
         rollout_s = time.perf_counter() - t0
-        adv = compute_advantages(training_rewards(result.samples, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
+        adv = compute_advantages(training_rewards(batch, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
                                  cfg.algo.filter_zero_variance, cfg.algo.advantage_options)
         t1 = time.perf_counter()
         report = workers.train(adv.samples) if adv.samples else None
@@ -180,7 +186,7 @@ class Trainer:
         learn_s = time.perf_counter() - t1
 
         tasks = rollout_metrics(result.episodes, result.samples)
-        for t, values in adv.per_task.items():
+        for t, values in [*guided.items(), *adv.per_task.items()]:
             tasks.setdefault(t, {}).update(values)
         if report is not None:
             for t, values in report.per_task.items():

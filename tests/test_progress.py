@@ -24,3 +24,15 @@ def test_a_rollouts_last_and_closing_ticks_print_one_line_and_the_next_rollout_p
     progress.done(out)  # type: ignore[arg-type]  (only printed)
     counts = [line for line in _lines(out) if "rollout episodes" in line]
     assert len(counts) == 2 and all("rollout episodes 4/4" in line for line in counts)
+
+
+def test_the_experts_rollout_of_an_iteration_is_named_as_such():
+    out = io.StringIO()
+    progress = Progress(["rl"], ["a"], stream=out, every_s=3600)
+    progress.start("rl")
+    on_tick = progress.ticks("rollout episodes")
+    on_tick(RolloutTick(8, 8, 80, 1.0, 3, final=True, agent="vllm"))  # the policy's episodes
+    on_tick(RolloutTick(2, 2, 0, 0.0, 3, final=True, agent="expert"))  # then its expert-guided groups
+    progress.done(out)  # type: ignore[arg-type]  (only printed)
+    counts = [line.split(": ", 1)[1].split(" | ")[0] for line in _lines(out) if "episodes" in line]
+    assert counts == ["rollout episodes 8/8", "expert rollout episodes 2/2"]

@@ -1,7 +1,8 @@
 """The pluggable "act" step of the one agent loop (`eppo_train.rollout.run_rollout`).
 
 An `Agent` answers a batch of live episodes in one call. Token agents (`PolicyAgent`) read each episode's prompt
-token ids and return sampled ids and log-probs (training and model evaluation); text agents (`ChatAgent`,
+token ids and return sampled ids and log-probs (training and model evaluation), `ExpertTokenAgent` the expert's
+replies as tokens (SFT demonstrations, expert-guided groups); text agents (`ChatAgent`,
 `ExpertAgent`, `RandomAgent`) read messages or the env and return text only (evaluation). Build one from a name
 (`latest`, a path, `expert`, ...) with `eppo_train.policy.factory.make_policy`.
 """
@@ -90,6 +91,28 @@ class ExpertAgent(Agent):
 
     def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         return [Action(text) for text in pool.expert_actions([s.slot for s in states])]
+
+
+class ExpertTokenAgent(Agent):
+    """Each env's expert, answering in tokens (SFT demonstrations, expert-guided groups): the reply text tokenized
+    plus the end-of-turn token, as the sampler would have emitted it. Log-probs are 0 (the expert is not a
+    distribution; the learner recomputes old log-probs with the training model)."""
+
+    needs_tokens = True
+    name = "expert"
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        eos = tokenizer.eos_token_id
+        self.eos = eos if isinstance(eos, int) else list(eos)[0]
+
+    def act(self, states: Sequence[TurnState], pool) -> list[Action]:
+        out = []
+        for state, text in zip(states, pool.expert_actions([s.slot for s in states]), strict=True):
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max(state.budget - 1, 0)]
+            ids = ids + [self.eos]
+            out.append(Action(text, ids, [0.0] * len(ids), True))
+        return out
 
 
 def tool_tags(env_id: str) -> tuple[str, ...]:
