@@ -53,11 +53,8 @@ def expert_guidance(samples: list[Sample], pool: Any, tokenizer: Any, rc: Rollou
         per_task[task_of[p.group_id]]["losing_groups"] += 1
     if not losing:
         return Guidance([], dict(per_task))
-    # The expert's replies are not cut at the policy's budget (a cut reply would send the env text the sample does
-    # not hold); an episode with a reply over its task's budget is dropped below instead.
-    expert_rc = replace(rc, group_size=1, progress=False,
-                        max_new_tokens=max(rc.max_new_tokens, max_reply_tokens), reply_tokens={})
-    result = run_rollout(ExpertTokenAgent(tokenizer), pool, losing, expert_rc)
+    # an episode with a reply over its task's budget is dropped below (the expert's replies are not cut)
+    result = run_rollout(ExpertTokenAgent(tokenizer), pool, losing, rc.for_expert(max_reply_tokens))
     fits: dict[str, bool] = {}
     for s in result.samples:
         budget = rc.reply_budget(s.meta["env_id"])

@@ -153,7 +153,8 @@ class Pipeline:
         if self.cfg.sft.steps == 0:
             return {"model": self.cfg.model.name, "steps": 0}
         out = self.run_dir / "sft"
-        with listen(self.progress.ticks("expert demo episodes")):
+        # the expert plays them: the lines read "expert demo episodes k/n"
+        with listen(self.progress.ticks("demo episodes")):
             info = run_sft(self.cfg, self.slots, out, on_step=lambda i, loss: self.progress.sft_step(
                 i, self.cfg.sft.steps, loss))
         return {**{k: v for k, v in info.items() if k != "losses"}, "model": str(out)}

@@ -89,8 +89,8 @@ class Progress:
             if not started:
                 started.append(time.perf_counter())
                 self._last_count = None  # a new rollout: its count starts over
-            # an RL iteration's expert-guided groups are played by the expert after the policy's rollout
-            label = f"expert {what}" if t.agent == "expert" and "expert" not in what else what
+            # the expert's episodes (SFT demos, an RL iteration's expert-guided groups) are named as such
+            label = f"expert {what}" if t.agent == "expert" else what
             self.episodes(label, t.done, t.total, t.tokens, time.perf_counter() - started[0], stage_eta=False,
                           level=level)
             if t.final:

@@ -14,7 +14,7 @@ import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from eppo_envs.core import Episode, Turn, first_prompt
@@ -83,6 +83,13 @@ class RolloutConfig(RolloutSection):
     def reply_budget(self, env_id: str) -> int:
         """Most new tokens one reply of `env_id` may take (its task's own budget, else `max_new_tokens`)."""
         return self.reply_tokens.get(env_id, self.max_new_tokens)
+
+    def for_expert(self, max_reply_tokens: int) -> RolloutConfig:
+        """This config for the task experts (SFT demonstrations, expert-guided groups): one episode per problem, and
+        replies up to `max_reply_tokens`, not cut at the policy's budget (a cut reply would send the env text the
+        sample does not hold; callers count or drop replies over a task's budget instead)."""
+        return replace(self, group_size=1, progress=False, reply_tokens={},
+                       max_new_tokens=max(self.max_new_tokens, max_reply_tokens))
 
     def sampling(self, turn: int = 0) -> SamplingParams:
         """One turn's decoding; its token cap is the largest reply budget (each row is capped by its own)."""

@@ -37,10 +37,8 @@ def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes
     from eppo_train.rollout import run_rollout
 
     problems = train_problems(cfg, slots, 0, per_task=episodes, stream="sft")
-    rl = replace(rollout_config(cfg, slots, 0), group_size=1, progress=False)
-    # a demonstration turn is as long as the expert's reply, not capped by the RL sampling budget
-    rc = replace(rl, max_new_tokens=max(rl.max_new_tokens, cfg.sft.max_reply_tokens), reply_tokens={})
-    result = run_rollout(ExpertTokenAgent(tokenizer), pool, problems, rc)
+    rl = rollout_config(cfg, slots, 0)
+    result = run_rollout(ExpertTokenAgent(tokenizer), pool, problems, rl.for_expert(cfg.sft.max_reply_tokens))
     per_task: dict[str, dict[str, float]] = {
         s.label: {"samples": 0, "model_tokens": 0, "tokens": 0, "episodes": 0, "expert_wins": 0, "replies": 0,
                   "replies_over_budget": 0, "reply_budget": rl.reply_budget(s.env_id)} for s in slots}

@@ -164,7 +164,8 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
         # seed 0 for every run: the warm start is shared, only RL differs between seeds
         sft_cfg, sft_slots = sft_source(cfg, slots)
         steps = sft_cfg.sft.steps
-        with listen(progress.ticks("expert demo episodes")):
+        # the expert plays them: the lines read "expert demo episodes k/n"
+        with listen(progress.ticks("demo episodes")):
             model = sft_model(sft_cfg, sft_slots, on_step=lambda i, loss: progress.sft_step(i, steps, loss))
         progress.finish("sft", None)
         how = (f"sft.steps={cfg.sft.steps} on {cfg.sft.episodes} expert episodes per task of "
