@@ -16,7 +16,7 @@ config errors) and handed to the function as `LossInputs.options`. docs/design.m
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -83,9 +83,12 @@ class KlCovOptions:
 
 
 def clip_cov(inp: LossInputs) -> LossOutput:
-    """PPO-clip, then detach a random `ratio` share of the tokens whose centred covariance
-    (A - mean A)(log pi - mean log pi) lies in (lb, ub): the high-covariance tokens drive entropy collapse."""
-    out = ppo_clip(inp)
+    """PPO-clip, then detach the policy-gradient term of a random `ratio` share of the tokens whose centred
+    covariance (A - mean A)(log pi - mean log pi) lies in (lb, ub): the high-covariance tokens drive entropy
+    collapse. The KL penalty to the reference (kl_coef > 0) still acts on every token, the chosen ones too."""
+    # the policy-gradient term alone: detaching a token must not also drop its KL penalty (verl adds that as a
+    # separate loss, outside Clip-Cov's correction mask)
+    out = ppo_clip(replace(inp, ref_logprobs=None))
     mask = inp.mask > 0
     adv_c = inp.advantages - _masked_mean(inp.advantages, inp.mask)
     lp = inp.logprobs.detach()
@@ -99,8 +102,10 @@ def clip_cov(inp: LossInputs) -> LossOutput:
         chosen = candidates[perm.to(candidates.device)]
         keep = torch.ones_like(inp.mask)
         keep[chosen[:, 0], chosen[:, 1]] = 0.0
-        out.per_token = out.per_token * keep  # no gradient through the chosen tokens
+        out.per_token = out.per_token * keep  # no policy gradient through the chosen tokens
         out.clipped = out.clipped | (keep == 0)
+    if inp.ref_logprobs is not None and inp.kl_coef > 0:
+        out.per_token = out.per_token + inp.kl_coef * k3(inp.logprobs, inp.ref_logprobs) * inp.mask
     return out
 
 

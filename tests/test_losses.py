@@ -100,6 +100,21 @@ def test_clip_cov_detaches_the_high_covariance_token():
     assert inp.logprobs.grad[0, 1].item() == 0.0 and inp.logprobs.grad[0, 0].item() == pytest.approx(-1.0)
 
 
+def test_clip_cov_keeps_the_kl_penalty_on_a_detached_token():
+    # Clip-Cov detaches the policy-gradient term of the chosen token; the KL penalty to the reference still acts
+    # there (verl adds it as a separate loss). ref log-prob -3.0 everywhere; token 1 (log pi -3.5) is detached:
+    # k3 = exp(-3.0 + 3.5) - 0.5 - 1 = e^0.5 - 1.5, its gradient kl_coef * (1 - e^0.5)
+    inp = cov_batch()
+    inp.ref_logprobs, inp.kl_coef = torch.full((1, 4), -3.0), 0.1
+    out = clip_cov(inp)
+    assert out.clipped.tolist() == [[False, True, False, False]]
+    assert out.per_token[0, 1].item() == pytest.approx(0.1 * (math.exp(0.5) - 1.5), abs=1e-6)
+    out.per_token.sum().backward()
+    assert inp.logprobs.grad[0, 1].item() == pytest.approx(0.1 * (1 - math.exp(0.5)), abs=1e-6)
+    # token 0 keeps both: -A r (gradient -1) plus the penalty (gradient 0.1 * (1 - e^-2))
+    assert inp.logprobs.grad[0, 0].item() == pytest.approx(-1.0 + 0.1 * (1 - math.exp(-2.0)), abs=1e-6)
+
+
 def test_kl_cov_penalises_the_top_covariance_token():
     inp = cov_batch(shift=0.2)  # ratio e^0.2 on every token
     inp.options = KlCovOptions(ratio=0.25, coef=1.0)  # k = 1 of 4 tokens
