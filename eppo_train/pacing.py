@@ -55,7 +55,9 @@ class EntropyPacer:
             ref = sum(self.ema.values()) / len(self.ema)
         h = max(self.ema[task], 1e-8)
         z = math.log(h / max(ref, 1e-8))
-        return 1.0 + self.cfg.lam * (2.0 / (1.0 + math.exp(-self.cfg.alpha * z)) - 1.0)
+        # 2 sigmoid(x) - 1 written as tanh(x / 2): the same value, but exp(-x) overflows a float (OverflowError)
+        # once alpha * |z| passes ~709, e.g. a steep alpha on a task whose entropy is near 0
+        return 1.0 + self.cfg.lam * math.tanh(self.cfg.alpha * z / 2.0)
 
     def bounds(self, task: str) -> tuple[float, float]:
         """(eps_low, eps_high) for `task` now: the base during warm-up, then paced and clamped."""

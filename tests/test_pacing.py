@@ -76,3 +76,13 @@ def test_state_round_trip():
     q.load_state_dict(p.state_dict())
     nxt = {"a": 0.2, "b": 0.7}
     assert p.update(nxt) == q.update(nxt)
+
+
+def test_steep_sigmoid_saturates_instead_of_overflowing():
+    # alpha 100, a task at 1e-6 nats against one at 1: alpha * z = 100 * log(1e-6 / 0.5000005) = -1312, whose
+    # exp(1312) overflows a float. The scale saturates at 1 - lam = 0.5 (a) and 1 + lam = 1.5 (b):
+    # a: (0.5 * 0.2, 0.5 * 0.28) = (0.1, 0.14); b: (1.5 * 0.2, 1.5 * 0.28) = (0.3, 0.42)
+    step = pacer(alpha=100.0).update({"a": 1e-6, "b": 1.0})
+    assert step.bounds["a"] == pytest.approx((0.1, 0.14))
+    assert step.bounds["b"] == pytest.approx((0.3, 0.42))
+    assert step.scale == pytest.approx({"a": 0.5, "b": 1.5})
