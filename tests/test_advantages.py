@@ -88,3 +88,15 @@ def test_train_reward_won_scores_groups_on_success_alone():
     for s in turns:
         s.meta["step_reward"] = 0.45
     assert [s.meta["step_reward"] for s in training_rewards(turns, slots)] == [0.0, 0.0]
+
+
+def test_flat_groups_and_a_group_of_one_get_zero_advantage():
+    # all-equal rewards: R - mean = 0 whatever the std guard; a group of one: its own mean, std 0 -> 0 / 1e-6 = 0.
+    # Both are zero-variance groups (2 of 3); the third, rewards 0.3/0.1: mean 0.2, population std 0.1 -> +-1
+    batch = [sample("t", "flat", "a", 0.7), sample("t", "flat", "b", 0.7), sample("t", "one", "c", 1.0),
+             sample("t", "g", "d", 0.3), sample("t", "g", "e", 0.1)]
+    for scale in (True, False):
+        res = compute_advantages(batch, "grpo", scale_by_std=scale)
+        want = [0.0, 0.0, 0.0, 1.0, -1.0] if scale else [0.0, 0.0, 0.0, 0.1, -0.1]
+        assert [s.advantage for s in res.samples] == pytest.approx(want, abs=1e-4)
+        assert res.stats["zero_variance_groups"] == 2

@@ -38,9 +38,10 @@ def cfg_for(**over):
 
 def test_logprobs_and_entropy_match_full_softmax(model_path):
     model = load_model(model_path)
-    ids = torch.randint(10, 4000, (2, 7))
+    ids = torch.randint(10, 4000, (3, 7))
     attn = torch.ones_like(ids)
-    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0]], dtype=torch.float32)
+    # row 2: two replies with a tool observation between them (full context mode): the gap stays out
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 0, 0, 1, 0]], dtype=torch.float32)
     lp, ent = token_logprobs_entropy(model, ids, attn, mask, chunk=3)
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits.float(), -1)
@@ -48,6 +49,19 @@ def test_logprobs_and_entropy_match_full_softmax(model_path):
     want_ent = -(logp.exp() * logp).sum(-1)[:, :-1] * mask[:, 1:]
     assert torch.allclose(lp[:, 1:], want, atol=1e-5) and lp[:, 0].abs().sum() == 0
     assert torch.allclose(ent[:, 1:], want_ent, atol=1e-4)
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+def test_first_step_loss_by_hand(model_path, agg):
+    # old log-probs are recomputed with the training model, so the one update of a batch starts at ratio 1 (inside
+    # any clip range): the loss is -sum_i A_i n_i / sum_i n_i (token mean) or -mean_i A_i (sequence mean).
+    # make_batch(): A = +1 for samples 0 and 3, -0.5 for 1, 2, 4, 5; sample 0 raised to +2 (A sums to 1, not 0)
+    batch = make_batch()
+    batch[0].advantage = 2.0
+    n = [s.num_response_tokens for s in batch]
+    want = (-(2 * n[0] + n[3]) + 0.5 * (n[1] + n[2] + n[4] + n[5])) / sum(n) if agg == "token_mean" else -1 / 6
+    report = Learner(cfg_for(**{"algo.name": "dapo", "algo.loss_agg": agg})).train_step(batch)
+    assert report.metrics["loss"] == pytest.approx(want, abs=1e-6)
 
 
 def test_micro_batches_respect_the_budget():
