@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import math
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,46 @@ def test_wire_rejects_malformed_lines_and_opaque_values_equal_nothing():
             wire.decode(line)
     opaque = wire.decode(wire.encode(object()))
     assert isinstance(opaque, wire.Opaque) and opaque != opaque and not (opaque == 1)
+
+
+@pytest.mark.parametrize("code", ["x = 1" + "+1" * 30000, "x = " + "-" * 60000 + "1", "x = a" + ".b" * 30000])
+def test_code_nested_too_deeply_to_compile_is_feedback_not_a_crash(envs, code):
+    # CPython's compiler raises RecursionError or MemoryError (not SyntaxError) on these; the env used to crash
+    obs, reward, terminated, _, info = _step(envs["train"], 0, code)
+    assert reward == 0.0 and not info["won"] and info["action_valid"] and "does not compile" in obs, obs
+
+
+def _colliding_set_line(n: int) -> str:
+    """A wire set of `n` distinct ints that all share one hash (they are equal modulo 2**61 - 1)."""
+    modulus = (1 << 61) - 1
+    return '{"s":[' + ",".join(wire.encode(modulus * k + 7) for k in range(1, n + 1)) + "]}"
+
+
+def test_wire_rejects_sets_and_dicts_flooded_with_one_hash():
+    # building such a set is quadratic: 130k members (4 MB, one reply) held the judge for minutes per call
+    start = time.monotonic()
+    with pytest.raises(wire.WireError, match="hash"):
+        wire.decode(_colliding_set_line(3000))
+    keys = ",".join(f"[{wire.encode(((1 << 61) - 1) * k)},0]" for k in range(1, 3001))
+    with pytest.raises(wire.WireError, match="hash"):
+        wire.decode('{"d":[' + keys + "]}")
+    assert time.monotonic() - start < 1.0
+    assert wire.decode('{"s":[-1,-2,1,2]}') == {-1, -2, 1, 2}  # a few shared hashes (hash(-1) == hash(-2)) are fine
+
+
+def test_hash_flooding_replies_do_not_stall_the_judge(envs):
+    index = _problem_index(envs["train"], "gen_l1_add_const_000")
+    code = textwrap.dedent("""
+        import os, sys
+        main = sys.modules['__main__']
+        modulus = (1 << 61) - 1
+        members = ",".join(wire.encode(modulus * k + 7) for k in range(1, 20001))
+        line = ('["value",{"s":[' + members + ']}]\\n').encode()
+        real = main._send
+        main._send = lambda text: os.write(main._REP, line) if text.startswith('["value"') else real(text)
+        def add_const_000(x):
+            return 0
+        """)
+    start = time.monotonic()
+    obs, reward, *_ = _step(envs["train"], index, code)
+    assert reward == 0.0 and time.monotonic() - start < 8.0, obs  # was ~3 s of set building per test call

@@ -102,7 +102,9 @@ class CodeEnv(AgentEnv):
         report: TestReport | None = None
         try:
             compile(program, "solution.py", "exec")  # a syntax error needs no sandbox run
-        except (SyntaxError, ValueError) as exc:
+        # code nested too deeply makes CPython's compiler raise RecursionError or MemoryError instead of SyntaxError;
+        # it would not compile in the sandbox either
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             feedback, passed = f"Your code does not compile: {type(exc).__name__}: {exc}", 0.0
         else:
             report = run_tests(self.sandbox, program, self.problem.tests, self.problem.entry_point,
