@@ -277,3 +277,21 @@ def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path, monkeypat
     assert rc == 130 and not survivors, cmd.leftovers
     assert re.fullmatch(r"eppo-eval: interrupted at episode \d+/512; rerun with: eppo-eval --policy default .*", line)
     assert after == [line], after
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="Debian chromium is not installed")
+def test_ctrl_c_during_a_browser_eval_leaves_no_profile_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Each WebShop-Browser env has a Chromium profile folder in $TMPDIR; the cleanup's SIGTERM to the browser's
+    reaper must still remove it (it used to kill the reaper first: one folder left per env)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    profiles = lambda: list(tmp.glob("eppo-webshop-chromium-*"))  # noqa: E731
+    cmd = Command(["eppo_train.eval", "--policy", "expert", "--tasks", "eppo/WebShop-Browser-v0", "--episodes", "64",
+                   "--batch-size", "2"], tmp_path)
+    cmd.wait_for(lambda: profiles() and "eval:" in cmd.err, timeout=120)
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
+    assert rc == 130 and line.startswith("eppo-eval: interrupted at episode"), line
+    assert not survivors and "Traceback" not in cmd.err
+    assert profiles() == []

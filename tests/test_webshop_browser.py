@@ -203,3 +203,26 @@ def test_sigkill_of_the_owner_leaves_no_browser_process():
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+def test_sigterm_to_the_reaper_sweeps_the_browser_and_its_profile():
+    """A command's cleanup (interrupt.guard, the command's watchdog) sends SIGTERM to every descendant, the
+    browser's reaper included, before the owner exits: the reaper must then sweep at once, not die leaving the
+    profile folder in /tmp (an interrupted `eppo-eval` on WebShop-Browser left one per env)."""
+    import signal
+    import time
+
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    try:
+        env.reset(seed=0)
+        browser = env.unwrapped.frontend.browser
+        profile, reaper = browser.profile_dir, browser._reaper.process
+        assert _chromium_pids(profile)
+        reaper.send_signal(signal.SIGTERM)
+        reaper.wait(timeout=10)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and (_chromium_pids(profile) or os.path.exists(profile)):
+            time.sleep(0.1)
+        assert not _chromium_pids(profile) and not os.path.exists(profile)
+    finally:
+        env.close()

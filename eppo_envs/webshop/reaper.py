@@ -12,7 +12,8 @@ would leave them running for good, re-parented to init. A parent-death signal wo
   When the owner exits or is killed, the kernel closes that pipe; the reaper wakes up, finds all those processes
   (before killing any, so no orphan escapes to init unseen), kills them, repeats while any is left (one may have
   been starting), removes the browser's profile folder, and exits. On a normal `close()` the browser is
-  already gone and the reaper finds nothing to kill.
+  already gone and the reaper finds nothing to kill. A SIGTERM to the reaper starts the same sweep at once: a
+  command's cleanup terminates every descendant while the owner still lives (`eppo_train/interrupt.py`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,19 @@ _REAPER = r"""
 import os, shutil, signal, sys, time
 tag = (sys.argv[1] + "=" + sys.argv[2]).encode()
 profile = sys.argv[3].encode()
-while os.read(0, 4096):  # only EOF matters: the owner closed the pipe or died
+class Sweep(Exception):
     pass
+def sweep_now(signum, frame):
+    raise Sweep
+# SIGTERM means "sweep now": a command's cleanup (eppo_train's interrupt guard and watchdog) terminates every
+# descendant, this one included, before the owner exits; dying at once would leave the profile folder behind.
+signal.signal(signal.SIGTERM, sweep_now)
+try:
+    while os.read(0, 4096):  # only EOF matters: the owner closed the pipe or died
+        pass
+except Sweep:
+    pass
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one sweep, to the end
 me = os.getpid()
 def _read(pid, what):
     try:
