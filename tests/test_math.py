@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,20 @@ def test_expert_uses_the_tool_and_wins(source):
         assert obs.startswith("<output>")
         _, reward, terminated, _, info = env.step(env.unwrapped.expert_action())
         assert terminated and info["won"] and reward == 1.0, (source, seed, obs)
+
+
+def _graded_in_a_thread(prediction: str, reference: str) -> list[bool]:
+    out: list[bool] = []
+    thread = threading.Thread(target=lambda: out.append(is_correct(prediction, reference)), daemon=True)
+    thread.start()
+    thread.join(90)
+    return out
+
+
+def test_grading_off_the_main_thread_is_bounded():
+    # math-verify's timeouts use SIGALRM, main thread only; an env stepped in a thread (the remote server's session
+    # executors) used to grade "9^{9^{9^{9}}}" with no limit at all, for ever
+    start = time.monotonic()
+    assert _graded_in_a_thread("9^{9^{9^{9}}}", "5") == [False]
+    assert time.monotonic() - start < 60
+    assert _graded_in_a_thread("\\frac{1}{2}", "0.5") == [True] and _graded_in_a_thread("240", "239") == [False]
