@@ -9,6 +9,8 @@ mode, takes about a minute on an idle 2-core machine. Skipped only where vLLM is
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -24,13 +26,28 @@ QUESTIONS = ["What is 2 + 2?", "Name a colour.", "Write the word 'hello' backwar
 
 
 @pytest.fixture(scope="module")
-def engines():
+def engine_temp(tmp_path_factory) -> Path:
+    """The temp folder while the module's vLLM engine starts (vLLM names its sockets after it)."""
+    return tmp_path_factory.mktemp("engine-temp")
+
+
+@pytest.fixture(scope="module")
+def engines(engine_temp):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     hf = HFPolicy(MODEL, dtype="float32")
-    engine = VLLMPolicy(MODEL, dtype="float32", max_model_len=1024, enforce_eager=True)
+    default_temp, tempfile.tempdir = tempfile.tempdir, str(engine_temp)
+    try:
+        engine = VLLMPolicy(MODEL, dtype="float32", max_model_len=1024, enforce_eager=True)
+    finally:
+        tempfile.tempdir = default_temp
     yield hf, engine
     engine.close()
     hf.close()
+
+
+def _litter(folder: Path) -> list[str]:
+    """What a closed engine left in a temp folder; torch's compile cache (torchinductor_<user>) is meant to stay."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("torchinductor_"))
 
 
 def _prompts(tokenizer) -> list[list[int]]:
@@ -98,7 +115,8 @@ def _burn(stop) -> None:  # noqa: ANN001  (a multiprocessing.Event)
         pass
 
 
-def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_under_load(engines):
+def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_under_load(engines, tmp_path,
+                                                                                          monkeypatch):
     """The CPU default (policy/hosted.py): vLLM's engine core in process, inside a child of ours.
 
     - It starts in a process that has imported numba (bm25s, the SearchQA retriever, does): vLLM's in-process start,
@@ -106,6 +124,7 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
     - Weights pushed from the learner reach it: its greedy tokens equal HF's with the same weights, twice.
     - The same call twice, once with a busy process beside it, returns the same tokens and log-probs bit for bit,
       greedy and seeded sampling: the call is queued whole before the first engine step.
+    - Closed, it leaves nothing in the temp folder.
     """
     import multiprocessing
 
@@ -113,6 +132,7 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
     from eppo_train.policy.hosted import HostedVLLMPolicy
 
     hf, _ = engines
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the spawned child's temp folder
     hosted = HostedVLLMPolicy(MODEL, dtype="float32", max_model_len=1024, enforce_eager=True)
     try:
         # the HF model's weights as they are now (an earlier test of this module pushed perturbed ones into it)
@@ -151,3 +171,12 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
     finally:
         hosted.close()
     assert hosted._process is None
+    assert _litter(tmp_path) == []
+
+
+def test_a_closed_engine_leaves_nothing_in_the_temp_folder(engines, engine_temp):
+    """vLLM's ZMQ socket files (seven an engine start) stayed in /tmp after every run: each engine now names them in
+    a folder of its own, removed on close. Last in this module: it closes the module's engine."""
+    _, engine = engines
+    engine.close()
+    assert _litter(engine_temp) == []

@@ -19,6 +19,9 @@ from the learner each iteration without restarting the engine.
   Generator does not use offset`, tests/test_vllm.py); unchunked, a prompt is always prefilled in one step.
 - Output: the engine's processes start inside `interrupt.relayed_child_output()`, so after a Ctrl-C their
   shutdown messages (tens of lines of ERROR from a worker and the engine core) do not bury the command's one line.
+- Sockets: vLLM names its ZMQ sockets after `VLLM_RPC_BASE_PATH` (by default the temp folder) and leaves the
+  socket files behind when the engine ends (seven an engine start: hundreds piled up in /tmp). Each engine gets a
+  private folder for them, removed when it closes (or when the interpreter exits).
 - CPU threads: `VLLM_CPU_OMP_THREADS_BIND` (default here: every core, `0-(n-1)`) decides which cores run the model;
   the engine is idle (no spinning) between calls, so it does not hold the cores while the learner steps.
 """
@@ -26,6 +29,9 @@ from the learner each iteration without restarting the engine.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -94,7 +100,13 @@ class VLLMPolicy(PolicyBackend):
             worker_extension_cls=f"{__name__}.WeightSyncExtension",
         )
         kwargs.update(engine_kwargs)
-        with relayed_child_output():  # after a Ctrl-C, the engine's shutdown messages are dropped
+        self._socket_dir = tempfile.mkdtemp(prefix="eppo-vllm-ipc-")
+        # an engine core in this process caches vLLM's settings once started: a second engine would reuse the
+        # first one's (removed) socket folder
+        getattr(vllm.envs, "disable_envs_cache", lambda: None)()
+        self._remove_socket_dir = weakref.finalize(self, shutil.rmtree, self._socket_dir, True)
+        # after a Ctrl-C, the engine's shutdown messages are dropped; its sockets are named at start-up
+        with relayed_child_output(), _environment(VLLM_RPC_BASE_PATH=self._socket_dir):
             self.llm = vllm.LLM(**kwargs)
 
     # ----------------------------------------------------------------- generation
@@ -161,6 +173,24 @@ class VLLMPolicy(PolicyBackend):
             if callable(shutdown):
                 shutdown()
             self.llm = None
+        remove = getattr(self, "_remove_socket_dir", None)
+        if remove is not None:
+            remove()
+
+
+@contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the block only (vLLM reads its `VLLM_*` settings when it uses them)."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextmanager
