@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,11 +49,20 @@ def write_files(files: Mapping[str, bytes], dest: str | os.PathLike[str]) -> Pat
     return root
 
 
-def _node_local(files: Mapping[str, bytes] | None, prefix: str) -> str | None:
-    """Write shipped files into a fresh node-local folder (removed with the process's temp files by the OS)."""
+@contextmanager
+def _node_local(files: Mapping[str, bytes] | None, prefix: str) -> Iterator[str | None]:
+    """Shipped files in a fresh node-local folder while a model loads from it (None when nothing was shipped).
+
+    The folder goes when the block ends: nothing reads it once the model is loaded, and an actor ends by `ray.kill`,
+    which runs none of its clean-up (left there, every run kept a copy of the model per actor in /tmp)."""
     if files is None:
-        return None
-    return str(write_files(files, tempfile.mkdtemp(prefix=prefix)))
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield str(write_files(files, folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _node_id() -> str:
@@ -76,8 +86,8 @@ class GeneratorWorker:
     def __init__(self, spec: EngineSpec, threads: int | None = None,
                  model_files: Mapping[str, bytes] | None = None) -> None:
         _threads(threads)
-        local = _node_local(model_files, "eppo-gen-model-")
-        self.policy = make_engine(replace(spec, model=local) if local else spec)
+        with _node_local(model_files, "eppo-gen-model-") as local:
+            self.policy = make_engine(replace(spec, model=local) if local else spec)
 
     def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
                  budgets: Sequence[int] | None = None) -> list[Generation]:
@@ -102,10 +112,10 @@ class LearnerWorker:
     def __init__(self, cfg_data: dict, threads: int | None = None,
                  model_files: Mapping[str, bytes] | None = None) -> None:
         _threads(threads)
-        local = _node_local(model_files, "eppo-learner-model-")
-        if local:
-            cfg_data = {**cfg_data, "model": {**cfg_data["model"], "name": local}}
-        self.learner = Learner(from_dict(cfg_data))
+        with _node_local(model_files, "eppo-learner-model-") as local:
+            if local:
+                cfg_data = {**cfg_data, "model": {**cfg_data["model"], "name": local}}
+            self.learner = Learner(from_dict(cfg_data))
 
     def train_step(self, samples: list[Sample]) -> StepReport:
         return self.learner.train_step(samples)
