@@ -85,6 +85,24 @@ def test_wrong_solution_gets_failing_test_then_runs_out():
     assert terminated and reward == 0.0 and not info["won"] and "No attempts left" in obs
 
 
+def test_the_last_test_not_yet_shown_stays_hidden():
+    """A failing test is shown with its expected value, so on a problem with one or two tests a reply could copy
+    them all and win (HumanEval/34: `return [0, 2, 3, 5, 9, 123]` on the second attempt). The last test the model
+    has not seen is only named as failing; the ones already shown are shown again."""
+    env = eppo_envs.make("eppo/Code-v0", split="test", max_attempts=3)
+    env.reset(options={"index": 34})  # one test: never shown
+    obs, *_ = env.step("```python\ndef unique(l: list):\n    return []\n```")
+    assert "0/1 tests passed" in obs and "A hidden test failed" in obs and "123" not in obs
+
+    env.reset(options={"index": 29})  # two tests: the first one to fail is shown, the other never
+    obs, *_ = env.step("```python\n    return ['x']\n```")
+    assert "Failed test `assert candidate([], 'john') == []`" in obs
+    obs, *_ = env.step("```python\n    return []\n```")
+    assert "1/2 tests passed" in obs and "A hidden test failed" in obs and "xxxAAA" not in obs
+    obs, *_ = env.step("```python\n    return ['x']\n```")  # fails the shown test again: shown again
+    assert "Failed test `assert candidate([], 'john') == []`" in obs and "xxxAAA" not in obs
+
+
 def test_cheating_and_crashing_solutions_fail():
     env = eppo_envs.make("eppo/Code-v0", split="train", level=1)
     for code in [

@@ -2,7 +2,9 @@
 
 The model answers with a fenced python block. All tests pass: reward 1, episode won. Otherwise the first failing
 test and its error come back for another attempt (up to `max_attempts`); `info["pass_fraction"]` reports the
-share of passing tests. Turns without a complete fenced block are invalid and never start a sandbox run.
+share of passing tests. The last test the model has not been shown stays hidden (only the pass count comes back),
+so a win never rests on tests it was shown alone: HumanEval/29, /34 and /35 have one or two tests, and a reply
+returning the revealed expected value won them on the next attempt. Turns without a complete fenced block are invalid and never start a sandbox run.
 Splits: `test` is HumanEval's 164 problems; `train` the generated problems (levels 1-4, selectable).
 """
 
@@ -72,6 +74,7 @@ class CodeEnv(AgentEnv):
         self.problem = self._problems[split][index]
         self.attempts = 0
         self._total_tests = count_tests(self.problem.tests)
+        self._shown_tests: set[int] = set()  # the tests whose source and error the model has seen
         instruction = (
             "Write a Python function that solves the problem below. Reply with the complete function (imports "
             f"included) in one fenced code block: ```python ... ```. Hidden unit tests will check it; you have "
@@ -109,7 +112,7 @@ class CodeEnv(AgentEnv):
         else:
             report = run_tests(self.sandbox, program, self.problem.tests, self.problem.entry_point,
                                self._total_tests, prompt=self.problem.prompt, time_limit_s=self.time_limit_s)
-            feedback, passed = report.first_failure, report.pass_fraction
+            feedback, passed = self._failure_shown(report), report.pass_fraction
         info = {"pass_fraction": passed, "attempts_left": self.max_attempts - self.attempts}
         if report is not None:
             info["sandbox_reason"] = report.run.reason
@@ -122,6 +125,17 @@ class CodeEnv(AgentEnv):
         else:
             message += f"\nFix the code and reply with the complete function again ({info['attempts_left']} left)."
         return StepResult(message, terminated=out_of_attempts, info=info)
+
+    def _failure_shown(self, report: TestReport) -> str:
+        """The failing test and its error, unless it is the last test the model has not seen: that one is only
+        named as failing, so at least one test is always one the model could not copy expected values from."""
+        index = report.failed_test
+        if index is None or index in self._shown_tests:
+            return report.first_failure
+        if self._total_tests - len(self._shown_tests) <= 1:
+            return "A hidden test failed (the last test you have not seen is not shown)."
+        self._shown_tests.add(index)
+        return report.first_failure
 
     def _feedback(self, report: TestReport | None, feedback: str) -> str:
         head = "" if report is None else f"{report.passed}/{report.total} tests passed. "

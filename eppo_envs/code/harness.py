@@ -183,6 +183,7 @@ class TestReport:
     passed: int
     first_failure: str  # the failing test and its error, for the model ("" when all passed)
     run: RunResult
+    failed_test: int | None = None  # which test (0-based, in the problem's order) `first_failure` is; None: no test
 
     @property
     def all_passed(self) -> bool:
@@ -217,7 +218,7 @@ def run_tests(sandbox: Sandbox, solution: str, tests: str, entry_point: str, tot
     the helpers the tests call."""
     check = _check_def(tests)
     budget = _Budget(time_limit_s)
-    passed, failure = 0, ""
+    passed, failure, failed_test = 0, "", None
     # Output never decides a verdict, so a solution that prints a lot is not killed for it (Sandbox.run would
     # stop at output_kill_bytes); the time limit bounds how much it can print, and only the first bytes are kept.
     limits = replace(sandbox.limits, output_kill_bytes=max(sandbox.limits.output_kill_bytes, 1 << 40))
@@ -232,8 +233,10 @@ def run_tests(sandbox: Sandbox, solution: str, tests: str, entry_point: str, tot
             exec(compile(tests, "tests.py", "exec"), ns)
             ns[check.args.args[0].arg] = remote  # one namespace: comprehensions must see imports and helpers
             ns[entry_point] = remote  # some tests call the function by name (HumanEval/33)
+            ordinal = -1  # of the current test among the problem's tests
             for stmt in check.body:
                 is_test = any(isinstance(n, ast.Assert) for n in ast.walk(stmt))
+                ordinal += is_test
                 try:
                     exec(compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec"), ns)
                     passed += is_test
@@ -242,9 +245,10 @@ def run_tests(sandbox: Sandbox, solution: str, tests: str, entry_point: str, tot
                         src = (ast.get_source_segment(tests, stmt) or "")[:300]
                         msg = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-600:]
                         failure = f"Failed test `{src}`\n{msg}" if is_test else f"Failed setup `{src}`\n{msg}"
+                        failed_test = ordinal if is_test else None
                     if not is_test:
                         break
-    return TestReport(total, min(passed, total), failure, session.close())
+    return TestReport(total, min(passed, total), failure, session.close(), failed_test)
 
 
 def _load(session: SandboxSession, budget: _Budget) -> str:
