@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from importlib import import_module
 
 from rich.console import Console
@@ -18,6 +19,30 @@ from eppo_envs.core.registry import resolve, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
 console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= `low` (a negative seed ended in gymnasium's traceback; 0 or -3 episodes
+    printed a success rate "over -3 episodes")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+SEED, COUNT = _at_least(0), _at_least(1)
+
+
+def _message(exc: BaseException) -> str:
+    """The error's text; a KeyError's str() would wrap it in quotes."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 def _load_plugins(modules: list[str]) -> None:
@@ -176,19 +201,19 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("env_id", help="task id or name, e.g. eppo/ALFWorld-v0 or alfworld")
         p.add_argument("--split", default=None)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=SEED, default=0)
         p.set_defaults(func=func)
 
     p = sub.add_parser("expert", help="run the expert; print success, reward, steps and steps/s")
     p.add_argument("env_id")
     p.add_argument("--split", default=None, help="default: the env's evaluation split")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0, help="first seed (episodes use seed, seed+1, ...)")
+    p.add_argument("--episodes", type=COUNT, default=20)
+    p.add_argument("--seed", type=SEED, default=0, help="first seed (episodes use seed, seed+1, ...)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a sentence")
     p.set_defaults(func=cmd_expert)
 
     p = sub.add_parser("bench", help="expert steps/s for every registered task")
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--episodes", type=COUNT, default=10)
     p.add_argument("--split", default=None, help="default: each env's evaluation split")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
@@ -203,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         _load_plugins(args.imports)
         return args.func(args)
     except (KeyError, ValueError, ModuleNotFoundError) as exc:
-        # User errors (unknown id, bad split, missing plugin) get one line, not a traceback.
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        # User errors (unknown id, bad split, missing plugin) get one line on stderr, not a traceback; plain print:
+        # rich would wrap a long line at the terminal's width.
+        print(f"eppo-envs: error: {_message(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the envs closed on the way out (run_expert's finally); one line, no traceback
+        print("eppo-envs: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

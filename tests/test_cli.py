@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from eppo_envs.cli import main
 
 PLUGIN = ["--import", "eppo_envs.example.guess_number"]
@@ -22,7 +24,7 @@ def test_expert_json(capsys):
 
 def test_unknown_task_is_one_line_not_a_traceback(capsys):
     assert main(["show", "eppo/Nope-v0"]) == 2
-    assert "no task" in capsys.readouterr().out
+    assert "no task" in capsys.readouterr().err
 
 
 def test_play_in_a_terminal():
@@ -34,3 +36,43 @@ def test_play_in_a_terminal():
     assert proc.returncode == 0, proc.stderr
     assert "too" in proc.stdout or "Correct" in proc.stdout
     assert "[expert] <answer>" in proc.stdout and "Reply with <answer>" in proc.stdout
+
+
+def test_errors_go_to_stderr_as_one_plain_line(capsys):
+    assert main(["expert", "eppo/Nope-v0", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing that a `--json > file` would capture
+    assert captured.err.startswith("eppo-envs: error: no task 'eppo/Nope-v0'") and captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (["show", "guess_number", "--seed", "-1"], "--seed: must be >= 0"),
+    (["play", "guess_number", "--seed", "-3"], "--seed: must be >= 0"),
+    (["expert", "guess_number", "--episodes", "0"], "--episodes: must be >= 1"),
+    (["expert", "guess_number", "--episodes", "-3"], "--episodes: must be >= 1"),
+    (["expert", "guess_number", "--seed", "-1"], "--seed: must be >= 0"),
+    (["bench", "--episodes", "-1"], "--episodes: must be >= 1"),
+])
+def test_out_of_range_counts_and_seeds_are_refused(capsys, args, words):
+    # a negative seed used to end in gymnasium's traceback; 0 or -3 episodes printed "success 0.0% over -3 episodes"
+    with pytest.raises(SystemExit) as exc:
+        main([*PLUGIN, *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_ctrl_c_is_one_line_and_exit_130():
+    import os
+    import signal
+    import time
+
+    # SIGINT's default action in the child, even under a shell that starts background jobs with it ignored
+    proc = subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, "expert", "guess_number", "--episodes",
+                             "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(6)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == ["eppo-envs: interrupted"] and "Traceback" not in err

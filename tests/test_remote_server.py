@@ -158,9 +158,9 @@ def test_cli_rejects_bad_input_in_one_line(capsys):
     assert main(["serve", GUESS, "--max-sessions", "0"]) == 2
     assert main(["serve", GUESS, "--port", "0", "--env-arg", "bogus=1"]) == 2
     assert main(["serve", GUESS, "--port", "0", "--env-arg", "no-equals-sign"]) == 2
-    out = capsys.readouterr().out
-    assert "no task 'no-such-task'" in out and "--max-sessions" in out and "Traceback" not in out
-    assert "does not take these arguments" in out and "KEY=VALUE" in out
+    err = capsys.readouterr().err  # errors go to stderr, one line each
+    assert "no task 'no-such-task'" in err and "--max-sessions" in err and "Traceback" not in err
+    assert "does not take these arguments" in err and "KEY=VALUE" in err and len(err.splitlines()) == 4
 
 
 def test_openenv_websocket_protocol_plays_the_same_episode():

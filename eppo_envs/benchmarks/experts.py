@@ -20,12 +20,14 @@ def run_expert(env_id: str, split: str | None, episodes: int, first_seed: int = 
     steps = 0
     results = []
     start = time.perf_counter()
-    for seed in range(first_seed, first_seed + episodes):
-        episode = play_episode(env, policy, seed=seed, split=split)
-        steps += episode.num_steps
-        results.append(episode)
-    elapsed = time.perf_counter() - start
-    env.close()
+    try:
+        for seed in range(first_seed, first_seed + episodes):
+            episode = play_episode(env, policy, seed=seed, split=split)
+            steps += episode.num_steps
+            results.append(episode)
+        elapsed = time.perf_counter() - start  # play only: closing a browser env takes seconds
+    finally:  # a Ctrl-C too: the env's sandbox, server or browser goes now, not at interpreter exit
+        env.close()
     return {
         "env_id": env_id,
         "split": split,
