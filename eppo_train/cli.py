@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from eppo_train.config import ConfigError
     from eppo_train.interrupt import guard
+    from eppo_train.policy.engine import EngineError
     from eppo_train.policy.models import ModelNotFoundError
     from eppo_train.trainer import RunError
 
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     with guard(PROG, lambda: _hint_fn[0]() if _hint_fn else again):
         try:
             return args.run(args)
-        except (ConfigError, RunError, ModelNotFoundError, FileNotFoundError) as exc:
+        except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError) as exc:
             return _error(str(exc))
 
 

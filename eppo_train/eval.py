@@ -109,9 +109,28 @@ class _Bar:
         self.bar.close()
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse what would run as something else than asked (--max-turns 0 meant each task's own cap, a negative
+    temperature greedy decoding) or fail only after the evaluation (an output path that is a folder)."""
+    problems = [
+        (args.max_turns is not None and args.max_turns < 1, "--max-turns must be at least 1"),
+        (args.max_new_tokens < 1, "--max-new-tokens must be at least 1"),
+        (args.max_total_tokens < 1, "--max-total-tokens must be at least 1"),
+        (args.temperature < 0, "--temperature must be >= 0 (0: greedy)"),
+        (not 0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
+        (args.workers < 0, "--workers must be >= 0 (0: envs in this process)"),
+    ]
+    problems += [(path is not None and path.is_dir(), f"{flag} {path}: is a directory; give a file name")
+                 for flag, path in (("--json", args.json), ("--transcripts", args.transcripts))]
+    for bad, message in problems:
+        if bad:
+            raise UsageError(message)
+
+
 def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
     from eppo_train import interrupt
 
+    check_args(args)
     for module in args.imports:
         try:
             importlib.import_module(module)
@@ -158,6 +177,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"eppo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
     print_table(report)
+    try:
+        write_outputs(args, report)
+    except OSError as exc:  # a read-only folder, a full disk: the table above is printed already
+        print(f"eppo-eval: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, report: EvalReport) -> None:
+    """--json's summary and --transcripts' episodes, one JSON line each."""
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report.to_dict(), indent=2))
@@ -166,7 +195,6 @@ def main(argv: list[str] | None = None) -> int:
         with args.transcripts.open("w") as f:
             for episode in report.episodes:
                 f.write(json.dumps({"policy": args.policy, **episode.to_dict()}, ensure_ascii=False) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

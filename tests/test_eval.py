@@ -100,12 +100,30 @@ def test_env_kwargs_reach_the_task(tmp_path):
         (["--policy", "expert", "--import", "no_such_module_xyz"], "cannot import"),
         (["--policy", "expert", *TASK, "--samples", "4"], "needs a temperature > 0"),
         (["--policy", "expert", *TASK, "--samples", "0", "--temperature", "1"], "must be at least 1"),
+        # these ran as if the flag were absent (--max-turns 0: every task's own cap) or made empty episodes
+        (["--policy", "expert", *TASK, "--max-turns", "0"], "--max-turns must be at least 1"),
+        (["--policy", "expert", *TASK, "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+        (["--policy", "expert", *TASK, "--temperature", "-1"], "--temperature must be >= 0"),
+        (["--policy", "expert", *TASK, "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+        (["--policy", "expert", *TASK, "--workers", "-1"], "--workers must be >= 0"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(tmp_path, capsys):
+    # a folder given as --json used to end, after the whole evaluation, in an IsADirectoryError traceback
+    for flag in ("--json", "--transcripts"):
+        assert main(["--policy", "expert", *TASK, "--episodes", "1", flag, str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"{flag} {tmp_path}: is a directory" in err and "\n" not in err
+    (tmp_path / "a-file").write_text("")
+    assert main(["--policy", "expert", *TASK, "--episodes", "1", "--json", str(tmp_path / "a-file" / "out.json")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("eppo-eval: cannot write") and "\n" not in err and "Traceback" not in err
 
 
 def test_latest_finds_the_newest_checkpoint(tmp_path):

@@ -55,3 +55,11 @@ def test_a_new_policy_kind_is_one_registration(monkeypatch):
     assert isinstance(agent, RandomAgent) and agent.seed == 3 and seen == [("abc", "vllm", 3)]
     with pytest.raises(PolicyNameError, match=r"openai:URL, latest, expert, random, lucky:WORD or one of"):
         make_policy("bogus")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA's vLLM kernels take head size 16")
+def test_a_model_vllm_cannot_run_on_cpu_is_refused_before_the_engine_starts():
+    # the tiny model (head size 16) used to start vLLM, then fail at the first generate with its kernel's message
+    with pytest.raises(PolicyNameError, match=r"head size 16 .*--backend hf") as err:
+        make_policy("tiny", "vllm")
+    assert "\n" not in str(err.value)

@@ -76,3 +76,15 @@ def test_plot_subcommand(tiny_run, capsys):
     assert main(["plot", str(tiny_run)]) == 0
     assert "entropy.png" in capsys.readouterr().out
     assert main(["plot", str(tiny_run / "nothing")]) == 2
+
+
+def test_an_engine_that_cannot_run_here_is_one_line(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA's vLLM kernels take the tiny model's head size")
+    # was a 40-line EngineProcessError traceback after vLLM's start
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "model.backend=vllm",
+                 "--set", "sft.steps=0", "--set", "ray.enabled=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "head size 16" in err and "model.backend=hf" in err

@@ -68,6 +68,9 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     from eppo_train.policy.hosted import HostedVLLMPolicy
     from eppo_train.policy.vllm import VLLMPolicy
 
+    if not torch.cuda.is_available():
+        _check_cpu_head_size(spec, hint)
+
     # vLLM logs every weight it casts and every compile step at INFO: that would bury the run's own progress lines.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     kwargs: dict = {}
@@ -91,6 +94,30 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     except Exception as exc:  # vLLM raises many kinds (unsupported head size, no memory, engine died)
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise EngineError(f"vLLM could not start for {spec.model}: {reason}; {hint}") from exc
+
+
+# The head sizes vLLM's CPU attention has kernels for (vllm/v1/attention/backends/cpu_attn.py, vLLM 0.32). Read
+# here, not imported: this process never imports vLLM (its engine runs in a child).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def _check_cpu_head_size(spec: EngineSpec, hint: str) -> None:
+    """An `EngineError` now for a model vLLM cannot run on CPU (the tiny model: head size 16), instead of its kernel's
+    error at the first generate, after a start of half a minute or more."""
+    head = _text_config(spec.model)[1]
+    if head not in CPU_HEAD_SIZES:
+        raise EngineError(f"vLLM on CPU has no attention kernel for {spec.model}'s head size {head} (it has "
+                          f"{', '.join(map(str, CPU_HEAD_SIZES))}); {hint}")
+
+
+def _text_config(model: str):  # noqa: ANN202  (a transformers PretrainedConfig, and an int)
+    """The language model's config of `model`, and its attention head size."""
+    from transformers import AutoConfig
+
+    from eppo_train.policy.models import resolve_model
+
+    cfg = AutoConfig.from_pretrained(resolve_model(model)).get_text_config()  # the language model's part
+    return cfg, getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
 def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
@@ -118,13 +145,9 @@ def kv_cache_needed_gib(spec: EngineSpec) -> int:
     import math
 
     import torch
-    from transformers import AutoConfig
 
-    from eppo_train.policy.models import resolve_model
-
-    cfg = AutoConfig.from_pretrained(resolve_model(spec.model)).get_text_config()  # the language model's part
+    cfg, head_dim = _text_config(spec.model)
     heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     value_bytes = torch.empty(0, dtype=getattr(torch, resolve_dtype(spec.dtype))).element_size()
     # a key and a value vector per layer and KV head, for every token
     per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * value_bytes
