@@ -353,6 +353,26 @@ def validate(cfg: Config) -> None:
     need(cfg.rollout.group_size >= 1, f"rollout.group_size: must be >= 1, got {cfg.rollout.group_size}")
     need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens: must be >= 1")
     need(cfg.rollout.temperature > 0, "rollout.temperature: must be > 0")
+    # Below: values that used to run as something else (0 turns as the default cap, -1 checkpoints as 1) or fail
+    # mid-run in a library (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init).
+    need(0 < cfg.rollout.top_p <= 1, f"rollout.top_p: must be in (0, 1], got {cfg.rollout.top_p}")
+    need(cfg.rollout.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {cfg.rollout.max_turns}")
+    need(cfg.rollout.max_total_tokens >= 1, f"rollout.max_total_tokens: must be >= 1, got {cfg.rollout.max_total_tokens}")
+    for k in ("max_turns", "max_new_tokens"):
+        v = getattr(cfg.evaluation, k)
+        need(v is None or v >= 1, f"evaluation.{k}: must be >= 1 (or null: the rollout's), got {v}")
+    need(cfg.evaluation.batch_size >= 1, f"evaluation.batch_size: must be >= 1, got {cfg.evaluation.batch_size}")
+    need(cfg.env.num_workers >= 0, f"env.num_workers: must be >= 0, got {cfg.env.num_workers}")
+    need(cfg.run.save_every >= 1, f"run.save_every: must be >= 1, got {cfg.run.save_every}")
+    need(cfg.run.keep_checkpoints >= 1, f"run.keep_checkpoints: must be >= 1, got {cfg.run.keep_checkpoints}")
+    need(cfg.learner.max_grad_norm > 0, f"learner.max_grad_norm: must be > 0, got {cfg.learner.max_grad_norm}")
+    need(cfg.learner.weight_decay >= 0, f"learner.weight_decay: must be >= 0, got {cfg.learner.weight_decay}")
+    need(len(cfg.learner.betas) == 2 and all(0 <= b < 1 for b in cfg.learner.betas),
+         f"learner.betas: two numbers in [0, 1), got {list(cfg.learner.betas)}")
+    need(cfg.sft.micro_batch_tokens >= 16, f"sft.micro_batch_tokens: must be >= 16, got {cfg.sft.micro_batch_tokens}")
+    need(cfg.pacing.warmup >= 0, f"pacing.warmup: must be >= 0, got {cfg.pacing.warmup}")
+    need(cfg.algo.kl_coef >= 0, f"algo.kl_coef: must be >= 0, got {cfg.algo.kl_coef}")
+    need(cfg.ray.num_cpus is None or cfg.ray.num_cpus >= 1, f"ray.num_cpus: must be >= 1 (or null), got {cfg.ray.num_cpus}")
     need(cfg.learner.lr > 0, f"learner.lr: must be > 0, got {cfg.learner.lr}")
     need(not cfg.algo.expert_guidance or cfg.learner.recompute_old_logprobs,
          "algo.expert_guidance needs learner.recompute_old_logprobs: true (the expert's replies have no sampling "
@@ -370,12 +390,14 @@ def validate(cfg: Config) -> None:
     need(cfg.sft.lr > 0, f"sft.lr: must be > 0, got {cfg.sft.lr}")
     need(cfg.evaluation.episodes >= 1, "evaluation.episodes: must be >= 1")
     need(cfg.run.iterations >= 0, "run.iterations: must be >= 0")
-    need(bool(cfg.run.name) and "/" not in cfg.run.name, f"run.name: a plain name, got {cfg.run.name!r}")
+    need(bool(cfg.run.name) and "/" not in cfg.run.name and cfg.run.name not in (".", ".."),
+         f"run.name: a plain name, got {cfg.run.name!r}")
     need(len(cfg.env.tasks) >= 1, "env.tasks: at least one task")
     for i, t in enumerate(cfg.env.tasks):
         need(t.context in CONTEXT_KINDS, f"env.tasks.{i}.context: {' or '.join(CONTEXT_KINDS)}, got {t.context!r}")
         need(t.context != "window" or t.window >= 1, f"env.tasks.{i}.window: must be >= 1, got {t.window}")
         need(t.problems >= 1, f"env.tasks.{i}.problems: must be >= 1")
         need(t.max_new_tokens is None or t.max_new_tokens >= 1, f"env.tasks.{i}.max_new_tokens: must be >= 1")
+        need(t.max_turns is None or t.max_turns >= 1, f"env.tasks.{i}.max_turns: must be >= 1, got {t.max_turns}")
         need(t.train_reward in TRAIN_REWARDS,
              f"env.tasks.{i}.train_reward: {' or '.join(TRAIN_REWARDS)}, got {t.train_reward!r}")

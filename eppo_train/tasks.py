@@ -56,8 +56,29 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
             raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
         labels.add(label)
         env_id = task_variant(t.id, label, t.kwargs, t.max_turns) if t.name or t.kwargs or t.max_turns else t.id
+        if t.kwargs:
+            _check_options(env_id, f"env.tasks.{i}.kwargs")
         slots.append(TaskSlot(t, env_id, label))
     return slots
+
+
+_checked: set[tuple] = set()  # (env id, its kwargs) built once in this process: prepare_tasks runs once per stage
+
+
+def _check_options(env_id: str, key: str) -> None:
+    """Build the variant once, so that an option the task does not take (or refuses) is a one-line ConfigError now,
+    not a traceback from the first env built mid-run (in a Ray worker, after the SFT or the model load)."""
+    import gymnasium as gym
+
+    spec = gym.spec(env_id)
+    token = (env_id, repr(sorted(spec.kwargs.items())))
+    if token in _checked:
+        return
+    try:
+        gym.make(env_id).close()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    _checked.add(token)
 
 
 def task_label(env_id: str) -> str:

@@ -38,6 +38,35 @@ def test_bad_keys_and_values_are_one_line(override, words):
     assert words in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize("override, words", [
+    # each was accepted: some ran as another value (0 turns as the default cap, -1 checkpoints as 1), others
+    # failed mid-run with a library's traceback (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init)
+    ("rollout.top_p=0", "rollout.top_p: must be in (0, 1]"),
+    ("rollout.top_p=2", "rollout.top_p: must be in (0, 1]"),
+    ("rollout.max_turns=0", "rollout.max_turns: must be >= 1"),
+    ("rollout.max_total_tokens=-1", "rollout.max_total_tokens: must be >= 1"),
+    ("evaluation.max_turns=0", "evaluation.max_turns: must be >= 1"),
+    ("evaluation.max_new_tokens=0", "evaluation.max_new_tokens: must be >= 1"),
+    ("evaluation.batch_size=0", "evaluation.batch_size: must be >= 1"),
+    ("env.tasks.0.max_turns=-1", "env.tasks.0.max_turns: must be >= 1"),
+    ("env.num_workers=-1", "env.num_workers: must be >= 0"),
+    ("run.save_every=-1", "run.save_every: must be >= 1"),
+    ("run.keep_checkpoints=-2", "run.keep_checkpoints: must be >= 1"),
+    ("run.name=..", "run.name: a plain name"),
+    ("learner.max_grad_norm=-1", "learner.max_grad_norm: must be > 0"),
+    ("learner.weight_decay=-1", "learner.weight_decay: must be >= 0"),
+    ("learner.betas=[2, 3]", "learner.betas: two numbers in [0, 1)"),
+    ("sft.micro_batch_tokens=0", "sft.micro_batch_tokens: must be >= 16"),
+    ("pacing.warmup=-1", "pacing.warmup: must be >= 0"),
+    ("algo.kl_coef=-1", "algo.kl_coef: must be >= 0"),
+    ("ray.num_cpus=-1", "ray.num_cpus: must be >= 1"),
+])
+def test_out_of_range_values_are_one_line(override, words):
+    with pytest.raises(ConfigError) as exc:
+        load_config("tiny", [override])
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_unknown_config_name():
     with pytest.raises(ConfigError, match="no config named 'nope'"):
         load_config("nope")
@@ -60,3 +89,13 @@ def test_a_config_saved_with_flat_loss_settings_still_loads(tmp_path):
     cfg = from_dict(old)
     assert cfg.algo.options == {"ratio": 0.01, "lb": 1.0, "ub": 5.0}  # kl_cov's keys belonged to another loss
     assert cfg.algo.advantage_options == {"weight": 0.5, "gamma": 0.9}
+
+
+def test_a_bad_task_option_is_one_line_before_the_run():
+    # was a TypeError traceback from gymnasium once the first env was built, mid-run
+    from eppo_train.tasks import prepare_tasks
+
+    with pytest.raises(ConfigError) as exc:
+        prepare_tasks(load_config("tiny", ["env.tasks.0.kwargs={colour: red}"]))
+    assert str(exc.value).startswith("env.tasks.0.kwargs: ") and "colour" in str(exc.value)
+    assert "\n" not in str(exc.value)
