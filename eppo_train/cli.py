@@ -37,7 +37,7 @@ def add_train(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from eppo_train.config import load_config
+    from eppo_train.config import load_config, load_run_config
     from eppo_train.sft import warm_start
     from eppo_train.trainer import check_run_dir, train
 
@@ -50,7 +50,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             return _error(f"{run_dir} is not a run directory (no config.yaml)")
         # the saved config, with the run's location pinned to where it is now
         overrides = [f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}", *overrides]
-        cfg = load_config(str(run_dir / "config.yaml"), overrides)
+        cfg = load_run_config(run_dir / "config.yaml", overrides)
     else:
         cfg = load_config(args.config, overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
@@ -101,11 +101,12 @@ def _config_args(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--model", help="the model to start from: smollm2 (default), tiny, or a local HF folder")
 
 
-def _load(args: argparse.Namespace, config: str | None = None):
-    from eppo_train.config import load_config
+def _load(args: argparse.Namespace, config: str | None = None, saved: Path | None = None):
+    """The config named by --config (or `config`), or a run's `saved` config.yaml, then --model and --set."""
+    from eppo_train.config import load_config, load_run_config
 
     overrides = list(args.overrides) + ([f"model.name={args.model}"] if args.model else [])
-    return load_config(config or args.config, overrides)
+    return load_run_config(saved, overrides) if saved else load_config(config or args.config, overrides)
 
 
 def add_sft(p: argparse.ArgumentParser) -> None:
@@ -135,12 +136,16 @@ def add_pipeline(p: argparse.ArgumentParser) -> None:
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from eppo_train.pipeline import default_run_dir, run_pipeline
+    from eppo_train.trainer import holds_run
 
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
             return _error(f"{run_dir} is not a pipeline run directory (no config.yaml)")
-        cfg = _load(args, str(run_dir / "config.yaml"))
+        if holds_run(run_dir) and not (run_dir / "pipeline.json").exists():  # a pipeline's trainer writes rl/
+            return _error(f"{run_dir} is an eppo-train run, not a pipeline run; resume it with: "
+                          f"{PROG} --resume {shlex.quote(str(run_dir))}")
+        cfg = _load(args, saved=run_dir / "config.yaml")
     else:
         cfg = _load(args)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)

@@ -317,6 +317,19 @@ def load_config(name_or_path: str | None = None, overrides: list[str] | tuple[st
     return from_dict(data)
 
 
+# The sections of every config a run has ever saved (save_config writes them all): a saved config without one of
+# them was cut short, and load_config would fill the gap with defaults (another model, other tasks).
+SAVED_SECTIONS = ("run", "model", "env", "rollout", "algo", "pacing", "learner", "ray")
+
+
+def load_run_config(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """A run directory's saved `config.yaml` (what --resume continues), then `overrides`."""
+    missing = [k for k in SAVED_SECTIONS if k not in read_yaml(path)]
+    if missing:
+        raise ConfigError(f"{path}: not a whole run config (no {', '.join(missing)} section: cut short?)")
+    return load_config(str(path), overrides)
+
+
 def _merge(base: dict, top: dict) -> dict:
     out = dict(base)
     for k, v in top.items():

@@ -95,7 +95,7 @@ class Pipeline:
         self.state_path = self.run_dir / "pipeline.json"
         self.state: dict[str, Any] = {"done": {}}
         if resume and self.state_path.exists():
-            self.state = json.loads(self.state_path.read_text())
+            self.state = read_state(self.state_path)
         self.progress = Progress(STAGES, [s.label for s in self.slots])
         self.engine = shared_engine(cfg)  # one engine for all four generating stages
 
@@ -190,6 +190,19 @@ def rl_stage(cfg: Config, progress: Progress, engine: SharedEngine | None = None
         with RLWatcher(rl_dir, cfg.run.iterations, progress), listen(progress.ticks("rollout episodes", 2)):
             Trainer(cfg, resume=done > 0, engine=engine.serving(cfg.model.name) if engine else None).run()
     return latest_checkpoint(rl_dir) / "model"
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """pipeline.json; a `RunError` (one line) when it is not the state this module writes (cut short, edited)."""
+    from eppo_train.trainer import RunError
+
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as exc:
+        raise RunError(f"{path}: not valid JSON ({exc}); fix it, or delete it to rerun every stage") from None
+    if not isinstance(state, dict) or not isinstance(state.get("done"), dict):
+        raise RunError(f"{path}: no 'done' mapping of finished stages; fix it, or delete it to rerun every stage")
+    return state
 
 
 def default_run_dir(cfg: Config) -> Path:

@@ -51,8 +51,14 @@ def check_run_dir(cfg: Config, resume: bool) -> None:
     """Raise `RunError` when the run directory cannot be used as asked (before any slow stage starts)."""
     run_dir = cfg.run_dir
     if resume:
-        if latest_checkpoint(run_dir) is None:
+        latest = latest_checkpoint(run_dir)
+        if latest is None:
             raise RunError(f"nothing to resume in {run_dir} (no checkpoint yet)")
+        try:
+            int(json.loads((latest / "trainer.json").read_text())["step"])
+        except (ValueError, KeyError, TypeError) as exc:  # cut short or edited: say so, not a JSONDecodeError
+            raise RunError(f"{latest / 'trainer.json'} is unreadable ({type(exc).__name__}: {exc}); point "
+                           f"{run_dir / 'latest'} at an earlier checkpoint to resume from there") from None
     elif holds_run(run_dir) and not cfg.run.overwrite:
         raise RunError(f"{run_dir} already holds a run: --resume {run_dir}, another "
                        "--set run.name=..., or --set run.overwrite=true")

@@ -52,3 +52,56 @@ def test_kill_mid_run_and_resume(tmp_path):
     assert main(["--resume", str(run)]) == 0
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4]
     assert pacer_state(run, 4)["step"] == 4
+
+
+def _saved_run(tmp_path, pipeline: bool = False):
+    """A run directory as `eppo-train` leaves it after its first checkpoint, or as the pipeline leaves it before
+    its first stage ends (no training needed to check what --resume says)."""
+    from eppo_train.config import load_config, save_config
+
+    run = tmp_path / "run"
+    save_config(load_config("tiny", ["ray.enabled=false"]), run / "config.yaml")
+    if pipeline:  # the pipeline's trainer writes under rl/
+        return run
+    step = run / "checkpoints" / "step_000001"
+    step.mkdir(parents=True)
+    (step / "trainer.json").write_text('{"step": 1, "metrics_offset": 0}')
+    (run / "latest").write_text("step_000001")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    return run
+
+
+@pytest.mark.parametrize("command", [[], ["pipeline"]])
+def test_a_config_cut_short_is_named_not_taken_for_defaults(tmp_path, capsys, command):
+    # was "unknown task 'example/GuessNumber-v0'": the missing sections were filled in with the defaults
+    run = _saved_run(tmp_path, pipeline=bool(command))
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(text[: text.index("\nenv:")])
+    assert main([*command, "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run / 'config.yaml'}: not a whole run config" in err
+
+
+def test_an_unreadable_checkpoint_state_is_one_line(tmp_path, capsys):
+    run = _saved_run(tmp_path)
+    (run / "checkpoints" / "step_000001" / "trainer.json").write_text('{"step": 1, "metr')
+    assert main(["--resume", str(run)]) == 2  # was a JSONDecodeError traceback
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trainer.json" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["", '{\n "done": {\n  "eval_base": {'])
+def test_a_cut_short_pipeline_state_is_one_line(tmp_path, capsys, text):
+    run = _saved_run(tmp_path, pipeline=True)
+    (run / "pipeline.json").write_text(text)
+    assert main(["pipeline", "--resume", str(run)]) == 2  # was a JSONDecodeError traceback
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{run / 'pipeline.json'}: not valid JSON" in err
+
+
+def test_resuming_one_commands_run_with_the_other_says_which_it_is(tmp_path, capsys):
+    run = _saved_run(tmp_path)
+    # was: the pipeline's five stages written into the trainer's run directory
+    assert main(["pipeline", "--resume", str(run)]) == 2
+    assert f"{run} is an eppo-train run, not a pipeline run; resume it with: eppo-train --resume {run}" in \
+        capsys.readouterr().err
