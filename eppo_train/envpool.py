@@ -168,7 +168,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
         return
     kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
     if address:
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except ConnectionError as exc:  # no cluster at the address the user gave: theirs to fix, not a traceback
+            reason = str(exc).split(". ")[0]
+            raise ConfigError(f"ray.address {address!r}: {reason}; start one with `ray start --head`, or leave "
+                              "ray.address unset (no --ray-address) for a local Ray") from None
     else:
         ray.init(num_cpus=num_cpus, resources=resources or None, include_dashboard=False, **kwargs)
 

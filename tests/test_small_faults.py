@@ -91,3 +91,23 @@ def test_resume_says_which_step_it_continues_from(tmp_path, capsys):
     (cfg.run_dir / "latest").write_text("step_000002")
     assert Trainer(cfg, resume=True)._prepare_dir() == (2, 0)
     assert f"resuming {cfg.run_dir} from step_000002: continuing at step 3 of 5" in capsys.readouterr().out
+
+
+def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys):
+    # `eppo-train --ray-address auto` with no cluster running was a 29-line ConnectionError traceback. ray.init is
+    # replaced: a real "auto" would join any local Ray another test or user has running on this machine.
+    import ray
+
+    from eppo_train.cli import main
+
+    def no_cluster(*args, **kwargs):
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to by "
+                              "setting `--address` flag or `RAY_ADDRESS` environment variable.")
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=0",
+                 "--ray-address", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ray.address 'auto': Could not find any running Ray instance" in err
+    assert "ray start --head" in err
