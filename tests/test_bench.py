@@ -63,6 +63,14 @@ def test_unknown_section_is_a_clear_error(tmp_path, capsys):
     assert "unknown section" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("reps", ["0", "-2"])
+def test_repetitions_below_one_are_a_clear_error(tmp_path, capsys, reps):
+    # --reps 0 printed "ZeroDivisionError" in every figure's cell, exit 0, and wrote that results file
+    out = tmp_path / "r.json"
+    assert bench.main(["--only", "sandbox", "--reps", reps, "--out", str(out)]) == 2
+    assert "--reps must be at least 1" in capsys.readouterr().out and not out.exists()
+
+
 @pytest.mark.parametrize("name", sorted(SECTIONS))
 def test_every_section_is_listed(name, capsys):
     assert bench.main(["--list"]) == 0

@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}")
         return 2
+    if args.reps is not None and args.reps < 1:  # 0 made every figure a ZeroDivisionError, exit 0
+        console.print(f"[red]--reps must be at least 1[/red], got {args.reps}")
+        return 2
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
