@@ -115,14 +115,20 @@ def add_sft(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from eppo_train.sft import run_sft
+    from eppo_train import interrupt, sft
     from eppo_train.tasks import prepare_tasks
 
     cfg = _load(args)
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
-    info = run_sft(cfg, prepare_tasks(cfg), Path(args.out),
-                   on_step=lambda i, loss: print(f"step {i + 1}/{cfg.sft.steps} loss {loss:.4f}", flush=True))
+
+    def on_step(i: int, loss: float) -> None:
+        interrupt.set_where(0, f"SFT step {min(i + 2, cfg.sft.steps)}/{cfg.sft.steps}")  # the step now running
+        print(f"step {i + 1}/{cfg.sft.steps} loss {loss:.4f}", flush=True)
+
+    # what a Ctrl-C names (else "start-up" at any step)
+    interrupt.set_where(0, f"expert demos and SFT step 1/{cfg.sft.steps}")
+    info = sft.run_sft(cfg, prepare_tasks(cfg), Path(args.out), on_step=on_step)
     print(f"{info['samples']} expert samples, {info['model_tokens']} model tokens; "
           f"loss {info['loss_first_step']:.4f} -> {info['loss_last_steps']:.4f}; model written to {args.out}")
     return 0

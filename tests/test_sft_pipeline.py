@@ -81,6 +81,25 @@ def test_sft_cli_writes_a_loadable_model(tmp_path: Path):
     assert main(["sft", "--config", "tiny", "--set", "sft.steps=0", "--out", str(out)]) == 2
 
 
+def test_sft_cli_tells_an_interrupt_where_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # a Ctrl-C during `eppo-train sft` said "interrupted at start-up" at any step
+    import eppo_train.sft
+    from eppo_train import interrupt
+    from eppo_train.cli import main
+
+    seen = []
+
+    def fake_run_sft(cfg, slots, out, on_step):  # noqa: ANN001, ANN202
+        seen.append(interrupt.where())
+        on_step(0, 0.5)  # the first step (0-based) is done
+        seen.append(interrupt.where())
+        return {"samples": 1, "model_tokens": 1, "loss_first_step": 1.0, "loss_last_steps": 0.5}
+
+    monkeypatch.setattr(eppo_train.sft, "run_sft", fake_run_sft)
+    assert main(["sft", "--config", "tiny", "--set", "sft.steps=3", "--out", str(tmp_path / "m")]) == 0
+    assert seen == ["expert demos and SFT step 1/3", "SFT step 2/3"]
+
+
 def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
     from eppo_train.cli import main
 
