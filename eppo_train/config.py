@@ -274,9 +274,9 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    if "=" not in text:
+    key, _, raw = text.partition("=")
+    if "=" not in text or not key.strip():  # "=5" was "unknown key  (known: ...)"
         raise ConfigError(f"--set expects KEY=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

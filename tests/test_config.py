@@ -30,6 +30,7 @@ def test_overrides_are_typed():
     ("env.tasks.0.train_reward=graded", "env.tasks.0.train_reward: env or won"),
     ("env.tasks.9.problems=1", "no item '9'"),
     ("learner.lr", "--set expects KEY=VALUE"),
+    ("=5", "--set expects KEY=VALUE"),
     ("bogus.key=1", "unknown key bogus"),
 ])
 def test_bad_keys_and_values_are_one_line(override, words):
@@ -99,3 +100,17 @@ def test_a_bad_task_option_is_one_line_before_the_run():
         prepare_tasks(load_config("tiny", ["env.tasks.0.kwargs={colour: red}"]))
     assert str(exc.value).startswith("env.tasks.0.kwargs: ") and "colour" in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("override, words", [
+    ("env.tasks.0.split=nope", "env.tasks.0.split: 'nope' is not a split of example/GuessNumber-v0 (train, test)"),
+    ("evaluation.split={guess_small: nope}", "evaluation.split.guess_small: 'nope' is not a split"),
+    ("evaluation.split={nope: test}", "evaluation.split: no task 'nope' (tasks: guess_small, guess_large)"),
+])
+def test_a_bad_split_is_one_line_before_the_run(override, words):
+    # env.tasks[].split was a ValueError traceback at the first reset; evaluation.split's were never checked
+    from eppo_train.tasks import prepare_tasks
+
+    with pytest.raises(ConfigError) as exc:
+        prepare_tasks(load_config("tiny", [override]))
+    assert words in str(exc.value) and "\n" not in str(exc.value)
