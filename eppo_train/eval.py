@@ -139,6 +139,11 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
     spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split,
                     args.max_turns, args.max_new_tokens, args.max_total_tokens, args.temperature, args.top_p,
                     args.seed, args.samples, args.batch_size, args.workers, args.ray_address)
+    if args.split:  # before the model loads: a wrong split was the env's error after it, under the progress bar
+        from eppo_train.tasks import check_split
+
+        for env_id in spec.tasks:
+            check_split(env_id, args.split, "--split")
     params = SamplingParams(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     interrupt.set_where(0, f"loading {args.policy}")
     agent = make_policy(args.policy, args.backend,

@@ -58,16 +58,16 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         env_id = task_variant(t.id, label, t.kwargs, t.max_turns) if t.name or t.kwargs or t.max_turns else t.id
         if t.kwargs:
             _check_options(env_id, f"env.tasks.{i}.kwargs")
-        _check_split(t.id, t.split, f"env.tasks.{i}.split")
+        check_split(t.id, t.split, f"env.tasks.{i}.split")
         slots.append(TaskSlot(t, env_id, label))
     for name, split in cfg.evaluation.split.items():
         if name not in labels:
             raise ConfigError(f"evaluation.split: no task {name!r} (tasks: {', '.join(s.label for s in slots)})")
-        _check_split(next(s.cfg.id for s in slots if s.label == name), split, f"evaluation.split.{name}")
+        check_split(next(s.cfg.id for s in slots if s.label == name), split, f"evaluation.split.{name}")
     return slots
 
 
-def _check_split(task_id: str, split: str, key: str) -> None:
+def check_split(task_id: str, split: str, key: str) -> None:
     """A split the task does not have is a one-line ConfigError now, not the env's ValueError at its first reset.
     (Only where the class names its splits: an env registered outside EPPO may not.)"""
     from eppo_envs.core.registry import env_class

@@ -106,6 +106,7 @@ def test_env_kwargs_reach_the_task(tmp_path):
         (["--policy", "expert", *TASK, "--temperature", "-1"], "--temperature must be >= 0"),
         (["--policy", "expert", *TASK, "--top-p", "1.5"], "--top-p must be in (0, 1]"),
         (["--policy", "expert", *TASK, "--workers", "-1"], "--workers must be >= 0"),
+        (["--policy", "expert", *TASK[:4], "--split", "nope"], "--split: 'nope' is not a split of example/GuessNumber-v0"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
