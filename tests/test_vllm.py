@@ -124,7 +124,7 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
     - Weights pushed from the learner reach it: its greedy tokens equal HF's with the same weights, twice.
     - The same call twice, once with a busy process beside it, returns the same tokens and log-probs bit for bit,
       greedy and seeded sampling: the call is queued whole before the first engine step.
-    - Closed, it leaves nothing in the temp folder.
+    - Ended as an interrupted command ends its children (SIGTERM), it leaves nothing in the temp folder.
     """
     import multiprocessing
 
@@ -169,6 +169,8 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
         assert [g.token_ids for g in hosted.generate(prompts, greedy)] == [g.token_ids for g in
                                                                            hf.generate(prompts, greedy)]
     finally:
+        hosted._process.terminate()  # as interrupt.reap_children ends it after a Ctrl-C
+        hosted._process.join(timeout=30)
         hosted.close()
     assert hosted._process is None
     assert _litter(tmp_path) == []

@@ -15,7 +15,9 @@ Why a child of our own rather than vLLM's default (engine core in a process of v
 
 The child gets each call whole over a pipe (token ids in, `Generation`s out) and the learner's weights as a
 safetensors file in shared memory, as `VLLMPolicy` loads them. It ignores SIGINT: a Ctrl-C is the parent's to
-handle, which then closes the child (and the reaper ends it if the parent dies without doing so).
+handle, which then closes the child (and the reaper ends it if the parent dies without doing so). A SIGTERM (an
+interrupted command terminates its children) makes it exit through its clean-up, which closes the engine and
+removes its socket folder.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class HostedVLLMPolicy(PolicyBackend):
 def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (a multiprocessing Connection)
     """The child: start the engine in process, then answer calls until told to close or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
         from eppo_train.policy.vllm import VLLMPolicy
@@ -129,6 +132,10 @@ def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (
                 conn.send(("error", _one_line(exc)))
     finally:
         engine.close()
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)  # through `_serve`'s finally and the interpreter's exit hooks, not straight out
 
 
 def _one_line(exc: BaseException) -> str:

@@ -166,16 +166,18 @@ class VLLMPolicy(PolicyBackend):
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
-        if llm is not None:
-            engine = getattr(llm, "llm_engine", None)
-            shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None),
-                                                                    "shutdown", None)
-            if callable(shutdown):
-                shutdown()
-            self.llm = None
-        remove = getattr(self, "_remove_socket_dir", None)
-        if remove is not None:
-            remove()
+        try:
+            if llm is not None:
+                self.llm = None
+                engine = getattr(llm, "llm_engine", None)
+                shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None),
+                                                                        "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
+        finally:
+            remove = getattr(self, "_remove_socket_dir", None)
+            if remove is not None:
+                remove()
 
 
 @contextmanager
