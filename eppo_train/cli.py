@@ -38,7 +38,9 @@ def add_train(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from eppo_train.config import load_config, load_run_config
+    from eppo_train.progress import Progress, RLWatcher
     from eppo_train.sft import warm_start
+    from eppo_train.ticks import listen
     from eppo_train.trainer import check_run_dir, train
 
     overrides = list(args.overrides)
@@ -55,9 +57,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
     check_run_dir(cfg, bool(args.resume))
-    if not args.resume:  # the stages: the SFT warm start (cached), then RL from its model
-        cfg = warm_start(cfg)
-    out = train(cfg, resume=bool(args.resume))
+    # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
+    progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])
+    try:
+        if not args.resume:
+            cfg = warm_start(cfg, progress)
+        progress.start("rl")
+        with RLWatcher(cfg.run_dir, cfg.run.iterations, progress, fresh=not args.resume), \
+                listen(progress.ticks("rollout episodes", 2)):
+            out = train(cfg, resume=bool(args.resume))
+    finally:
+        progress.stop()
     print(f"run written to {out}")
     return 0
 

@@ -144,14 +144,20 @@ class Progress:
 class RLWatcher:
     """While the trainer runs, report each new line of its metrics file."""
 
-    def __init__(self, run_dir: Path, total: int, progress: Progress, poll_s: float = 2.0) -> None:
+    def __init__(self, run_dir: Path, total: int, progress: Progress, poll_s: float = 2.0,
+                 fresh: bool = False) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         self.total, self.progress, self.poll_s = total, progress, poll_s
+        # `fresh`: the trainer starts over (run.overwrite), so a metrics file from before is not this run's until
+        # the trainer has rewritten it
+        self.fresh, self._since_ns = fresh, time.time_ns()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _records(self) -> list[dict]:
         if not self.path.exists():
+            return []
+        if self.fresh and self.path.stat().st_mtime_ns < self._since_ns:
             return []
         out = []
         for line in self.path.read_text().splitlines():

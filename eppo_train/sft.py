@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from eppo_train.config import Config, to_dict
 from eppo_train.policy.agents import ExpertTokenAgent
 from eppo_train.records import Sample
 from eppo_train.tasks import TaskSlot, prepare_tasks, rollout_config, train_problems
+
+if TYPE_CHECKING:
+    from eppo_train.progress import Progress
 
 
 def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes: int) -> tuple[list[Sample], dict]:
@@ -221,10 +225,24 @@ def sft_model(cfg: Config, slots: list[TaskSlot], on_step: Callable[[int, float]
     return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out, on_step=on_step)))
 
 
-def warm_start(cfg: Config) -> Config:
+def sft_model_in_stage(cfg: Config, slots: list[TaskSlot], progress: Progress) -> str:
+    """`sft_model` as the stage "sft" of `progress`: the expert's demo episodes and the SFT steps are its lines."""
+    from eppo_train.ticks import listen
+
+    progress.start("sft")
+    # the expert plays them: the lines read "expert demo episodes k/n"
+    with listen(progress.ticks("demo episodes")):
+        model = sft_model(cfg, slots, on_step=lambda i, loss: progress.sft_step(i, cfg.sft.steps, loss))
+    progress.finish("sft", None)
+    return model
+
+
+def warm_start(cfg: Config, progress: Progress | None = None) -> Config:
     """The config RL starts from: with `sft.steps > 0`, the (cached) SFT model as `model.name` and no SFT left to
-    run, so the saved run config names the model the run really began with; else `cfg` itself."""
+    run, so the saved run config names the model the run really began with; else `cfg` itself. With `progress`,
+    the warm start is its stage "sft"."""
     if cfg.sft.steps <= 0:
         return cfg
-    return replace(cfg, model=replace(cfg.model, name=sft_model(cfg, prepare_tasks(cfg))),
-                   sft=replace(cfg.sft, steps=0))
+    slots = prepare_tasks(cfg)
+    model = sft_model(cfg, slots) if progress is None else sft_model_in_stage(cfg, slots, progress)
+    return replace(cfg, model=replace(cfg.model, name=model), sft=replace(cfg.sft, steps=0))

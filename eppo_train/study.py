@@ -157,17 +157,11 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
             raise ConfigError(f"--sft: {sft_dir} is not a model folder (no config.json)")
         model, how = sft_dir, "given with --sft"
     elif cfg.sft.steps > 0:
-        from eppo_train.sft import sft_model, sft_source
-        from eppo_train.ticks import listen
+        from eppo_train.sft import sft_model_in_stage, sft_source
 
-        progress.start("sft")
         # seed 0 for every run: the warm start is shared, only RL differs between seeds
         sft_cfg, sft_slots = sft_source(cfg, slots)
-        steps = sft_cfg.sft.steps
-        # the expert plays them: the lines read "expert demo episodes k/n"
-        with listen(progress.ticks("demo episodes")):
-            model = sft_model(sft_cfg, sft_slots, on_step=lambda i, loss: progress.sft_step(i, steps, loss))
-        progress.finish("sft", None)
+        model = sft_model_in_stage(sft_cfg, sft_slots, progress)
         how = (f"sft.steps={cfg.sft.steps} on {cfg.sft.episodes} expert episodes per task of "
                f"{', '.join(s.label for s in sft_slots)} (cached)")
     else:
