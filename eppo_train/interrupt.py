@@ -21,6 +21,7 @@ however it ends, the watchdog terminates, then kills, every descendant the comma
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -57,6 +58,10 @@ _resender: threading.Thread | None = None
 def _raise_interrupt(signum: int, frame) -> None:
     global _resender
     _interrupted.set()
+    # From here the command's one line is what its user reads: a library unwinding the interrupt may log an error
+    # with its traceback (selenium: "Error stopping service after a failed start", when the Ctrl-C lands while
+    # chromedriver starts)
+    logging.disable(logging.CRITICAL)
     if _resender is None or not _resender.is_alive():
         _resender = threading.Thread(target=_resend, args=(signum,), name="interrupt-resend", daemon=True)
         _resender.start()
@@ -187,3 +192,5 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
         _unwinding.set()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+        if _interrupted.is_set():  # an interrupt the body caught and got over: its logging is back
+            logging.disable(logging.NOTSET)
