@@ -62,7 +62,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         if not args.resume:
             cfg = warm_start(cfg, progress)
-        progress.start("rl")
+        progress.start("rl", announce=False)  # a set-up error (Ray, the engine) stays the one line
         with RLWatcher(cfg.run_dir, cfg.run.iterations, progress, fresh=not args.resume), \
                 listen(progress.ticks("rollout episodes", 2)):
             out = train(cfg, resume=bool(args.resume))

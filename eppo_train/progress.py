@@ -57,11 +57,16 @@ class Progress:
     def _pos(self, stage: str) -> str:
         return f"stage {self.stages.index(stage) + 1}/{len(self.stages)} {stage}"
 
-    def start(self, stage: str) -> None:
+    def start(self, stage: str, announce: bool = True) -> None:
+        """Enter `stage`; without `announce` no line says so (its first step, or the heartbeat, will): a set-up
+        error right at the start then stays the command's one line."""
         self.stage, self.stage_t0 = stage, time.perf_counter()
         self._where, self._last_count = "", None
         interrupt.set_where(0, self._pos(stage))
-        self._line(f"{self._pos(stage)}: started")
+        if announce:
+            self._line(f"{self._pos(stage)}: started")
+        else:
+            self._last_line = self.stage_t0  # the heartbeat counts its quiet from here
 
     def episodes(self, what: str, done: int, total: int, tokens: int, seconds: float, stage_eta: bool,
                  level: int = 1) -> None:

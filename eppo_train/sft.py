@@ -216,13 +216,26 @@ def sft_source(cfg: Config, slots) -> tuple[Config, list]:
     return src, prepare_tasks(src)
 
 
+def _sft_cache_name(cfg: Config, slots: list[TaskSlot]) -> tuple[str, Config, list[TaskSlot]]:
+    """The SFT model's name in the cache, and the config and slots it is built from."""
+    if cfg.sft.tasks_from:
+        cfg, slots = sft_source(cfg, slots)
+    return f"models/sft-{sft_key(cfg, slots)}", cfg, slots
+
+
 def sft_model(cfg: Config, slots: list[TaskSlot], on_step: Callable[[int, float], None] | None = None) -> str:
     """The SFT model for this config (built once per setting in the cache); its folder."""
     from eppo_envs.core.cache import cached_dir
 
-    if cfg.sft.tasks_from:
-        cfg, slots = sft_source(cfg, slots)
-    return str(cached_dir(f"models/sft-{sft_key(cfg, slots)}", lambda out: run_sft(cfg, slots, out, on_step=on_step)))
+    name, cfg, slots = _sft_cache_name(cfg, slots)
+    return str(cached_dir(name, lambda out: run_sft(cfg, slots, out, on_step=on_step)))
+
+
+def sft_model_cached(cfg: Config, slots: list[TaskSlot]) -> bool:
+    """Whether `sft_model` has this model already (it returns at once)."""
+    from eppo_envs.core.cache import cache_root
+
+    return (cache_root() / _sft_cache_name(cfg, slots)[0]).exists()
 
 
 def sft_model_in_stage(cfg: Config, slots: list[TaskSlot], progress: Progress) -> str:
@@ -240,9 +253,12 @@ def sft_model_in_stage(cfg: Config, slots: list[TaskSlot], progress: Progress) -
 def warm_start(cfg: Config, progress: Progress | None = None) -> Config:
     """The config RL starts from: with `sft.steps > 0`, the (cached) SFT model as `model.name` and no SFT left to
     run, so the saved run config names the model the run really began with; else `cfg` itself. With `progress`,
-    the warm start is its stage "sft"."""
+    building the model (not finding it in the cache) is its stage "sft"."""
     if cfg.sft.steps <= 0:
         return cfg
     slots = prepare_tasks(cfg)
-    model = sft_model(cfg, slots) if progress is None else sft_model_in_stage(cfg, slots, progress)
+    if progress is None or sft_model_cached(cfg, slots):
+        model = sft_model(cfg, slots)
+    else:
+        model = sft_model_in_stage(cfg, slots, progress)
     return replace(cfg, model=replace(cfg.model, name=model), sft=replace(cfg.sft, steps=0))
