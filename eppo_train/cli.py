@@ -57,6 +57,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
     check_run_dir(cfg, bool(args.resume))
+    if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
+        from eppo_train.envpool import init_ray
+
+        init_ray(cfg.ray.address)
     # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
     progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])
     try:

@@ -111,3 +111,10 @@ def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ray.address 'auto': Could not find any running Ray instance" in err
     assert "ray start --head" in err
+
+    # with an SFT warm start to build, it is told before the warm start's minutes, not after them
+    monkeypatch.setenv("EPPO_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=3",
+                 "--ray-address", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ray.address 'auto'" in err and not (tmp_path / "cache" / "models").exists()
