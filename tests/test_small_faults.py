@@ -93,6 +93,24 @@ def test_resume_says_which_step_it_continues_from(tmp_path, capsys):
     assert f"resuming {cfg.run_dir} from step_000002: continuing at step 3 of 5" in capsys.readouterr().out
 
 
+def test_a_ray_address_where_nothing_answers_is_one_line_at_once(tmp_path, capsys):
+    """Ray's client retried `--ray-address 127.0.0.1:1` for over 200 s, printing its own warnings."""
+    import socket
+    import time
+
+    from eppo_train.cli import main
+
+    with socket.socket() as s:  # a port nothing listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=0",
+                 "--ray-address", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"ray.address '127.0.0.1:{port}': nothing answers there" in err, err
+    assert time.monotonic() - t0 < 30
+
+
 def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys):
     # `eppo-train --ray-address auto` with no cluster running was a 29-line ConnectionError traceback. ray.init is
     # replaced: a real "auto" would join any local Ray another test or user has running on this machine.
