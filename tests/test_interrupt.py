@@ -186,27 +186,29 @@ def test_sigterm_before_the_first_checkpoint_says_start_over(tmp_path: Path):
     assert line.endswith("--set run.overwrite=true")
 
 
+def _guarded(tmp_path: Path, body: str) -> subprocess.Popen:
+    """A script running `body` (indented, with `time` and `logging` imported) inside guard('prog', ...), started
+    and ready: its stdout said so."""
+    script = tmp_path / "guarded.py"
+    script.write_text("import logging, time\n"
+                      "from eppo_train.interrupt import guard\n"
+                      "with guard('prog', lambda: 'resume with: nothing'):\n"
+                      "    print('ready', flush=True)\n" + body)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
 def test_an_interrupt_swallowed_by_a_library_is_raised_again(tmp_path):
     """vLLM's engine start catches KeyboardInterrupt and goes on waiting for its engine; guard() raises the
     interrupt again until its own cleanup runs, so the command still ends at once with one line and exit 130."""
-    import subprocess
-    import sys
-    import time
-
-    script = tmp_path / "swallow.py"
-    script.write_text(
-        "import time\n"
-        "from eppo_train.interrupt import guard\n"
-        "with guard('prog', lambda: 'resume with: nothing'):\n"
-        "    print('ready', flush=True)\n"
-        "    try:\n"
-        "        time.sleep(30)\n"
-        "    except KeyboardInterrupt:\n"
-        "        pass  # what vLLM's zmq_socket_ctx does\n"
-        "    time.sleep(30)\n"
-        "    print('not interrupted', flush=True)\n")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
+    proc = _guarded(tmp_path,
+                    "    try:\n"
+                    "        time.sleep(30)\n"
+                    "    except KeyboardInterrupt:\n"
+                    "        pass  # what vLLM's zmq_socket_ctx does\n"
+                    "    time.sleep(30)\n"
+                    "    print('not interrupted', flush=True)\n")
     t0 = time.monotonic()
     proc.terminate()
     out, err = proc.communicate(timeout=20)
@@ -219,22 +221,15 @@ def test_a_library_logging_while_the_interrupt_unwinds_is_not_heard(tmp_path: Pa
     """selenium logs "Error stopping service after a failed start" with a traceback when a Ctrl-C lands while
     chromedriver starts (seen once in 6 runs of the browser eval's Ctrl-C test on a loaded machine). After the signal
     the command's one line is all its user reads, whatever a library logs on the way out."""
-    script = tmp_path / "logs.py"
-    script.write_text(
-        "import logging, time\n"
-        "from eppo_train.interrupt import guard\n"
-        "with guard('prog', lambda: 'resume with: nothing'):\n"
-        "    print('ready', flush=True)\n"
-        "    try:\n"
-        "        time.sleep(30)\n"
-        "    except BaseException:\n"
-        "        try:\n"
-        "            raise OSError('the service is gone')\n"
-        "        except OSError:\n"
-        "            logging.getLogger('some.library').error('Error stopping service', exc_info=True)\n"
-        "        raise\n")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
+    proc = _guarded(tmp_path,
+                    "    try:\n"
+                    "        time.sleep(30)\n"
+                    "    except BaseException:\n"
+                    "        try:\n"
+                    "            raise OSError('the service is gone')\n"
+                    "        except OSError:\n"
+                    "            logging.getLogger('some.library').error('Error stopping service', exc_info=True)\n"
+                    "        raise\n")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 130
