@@ -16,12 +16,13 @@ from typing import Any
 
 import yaml
 
-from eppo_train.policy.precision import DTYPES
 from eppo_train.typed import ConfigError, build
 
 __all__ = ["Config", "ConfigError", "load_config", "save_config", "to_dict", "from_dict", "validate"]
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+# the names `model.generator_dtype` takes (policy/precision.py resolves "auto" on the machine at hand)
+DTYPES = ("auto", "float32", "bfloat16")
 
 # The choices the config owns (the modules that act on them import these, never the reverse).
 CONTEXT_KINDS = ("full", "window")  # env.tasks[].context

@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import sys
 
-DTYPES = ("auto", "float32", "bfloat16")
-
 
 @functools.cache
 def native_bf16(device: str = "cpu") -> bool:
