@@ -150,6 +150,16 @@ class LearnerWorker:
         return _node_id()
 
 
+def _get(ray, refs, what: str):
+    """`ray.get(refs)`; an actor that died under the call (or never started) is one line, `WorkerLost`."""
+    from eppo_train.envpool import lost
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayActorError as exc:
+        raise lost(ray, exc, what) from None
+
+
 class RemotePolicy(PolicyBackend):
     """A PolicyBackend whose `generate` runs in the generator actor; the tokenizer stays in the driver."""
 
@@ -163,12 +173,12 @@ class RemotePolicy(PolicyBackend):
                  budgets: Sequence[int] | None = None) -> list[Generation]:
         from eppo_train.envpool import wire_bytes
 
-        out = self._ray.get(self.handle.generate.remote(list(prompts), params, budgets))
+        out = _get(self._ray, self.handle.generate.remote(list(prompts), params, budgets), "generator actor")
         self.sent_bytes += wire_bytes((list(prompts), params, budgets)) + wire_bytes(out)
         return out
 
     def update_weights(self, state_dict: Mapping[str, object]) -> None:
-        self._ray.get(self.handle.update_weights.remote(state_dict))
+        _get(self._ray, self.handle.update_weights.remote(state_dict), "generator actor")
 
 
 class LocalWorkers:
@@ -250,26 +260,28 @@ class RayWorkers:
     def train(self, samples: list[Sample]) -> StepReport:
         from eppo_train.envpool import wire_bytes
 
-        report = self._ray.get(self.learner.train_step.remote(samples))
+        report = _get(self._ray, self.learner.train_step.remote(samples), "learner actor")
         self.sent["samples"] += wire_bytes(samples) + wire_bytes(report)
         return report
 
     def sync_weights(self) -> None:
         # The weights' ObjectRef is passed on, not fetched: the generator reads them from the object store.
-        self.sent["weights"] += self._ray.get(self.gen.update_weights.remote(self.learner.weights.remote()))
+        self.sent["weights"] += _get(self._ray, self.gen.update_weights.remote(self.learner.weights.remote()),
+                                     "generator or learner actor")
 
     def save(self, path: Path) -> None:
         # Written by the driver, from files the learner sends: its node need not see the driver's disk.
-        files = self._ray.get(self.learner.save_files.remote())
+        files = _get(self._ray, self.learner.save_files.remote(), "learner actor")
         self.sent["checkpoint"] += sum(len(v) for v in files.values())
         write_files(files, path)
 
     def load(self, path: Path) -> int:
-        return self._ray.get(self.learner.load_files.remote(folder_files(path)))
+        return _get(self._ray, self.learner.load_files.remote(folder_files(path)), "learner actor")
 
     def placement(self) -> dict[str, str]:
         """The node id of the generator and of the learner."""
-        gen, learner = self._ray.get([self.gen.node_id.remote(), self.learner.node_id.remote()])
+        gen, learner = _get(self._ray, [self.gen.node_id.remote(), self.learner.node_id.remote()],
+                            "generator or learner actor")
         return {"generator": gen, "learner": learner}
 
     def traffic(self) -> dict[str, int]:

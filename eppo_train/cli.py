@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
     from eppo_train.config import ConfigError
+    from eppo_train.envpool import WorkerLost
     from eppo_train.interrupt import guard
     from eppo_train.policy.engine import EngineError
     from eppo_train.policy.models import ModelNotFoundError
@@ -328,11 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     _argv[:] = argv
     _hint_fn.clear()
     again = f"run the same command again: {PROG} " + shlex.join(argv)  # sft, study: a rerun skips finished work
-    with guard(PROG, lambda: _hint_fn[0]() if _hint_fn else again):
+    hint = lambda: _hint_fn[0]() if _hint_fn else again  # noqa: E731
+    with guard(PROG, hint):
         try:
             return args.run(args)
         except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError) as exc:
             return _error(str(exc))
+        except WorkerLost as exc:  # not the user's error: the run stops at its last checkpoint
+            print(f"{PROG}: error: {exc}; {hint()}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -214,6 +214,21 @@ def check_resources(what: str, wanted: dict[str, float]) -> None:
                                  f"start nodes with ray start --resources '{{\"{name}\": N}}'")
 
 
+class WorkerLost(RuntimeError):
+    """A Ray actor of the command died under it (killed, out of memory, its node gone) or could not start: the
+    command stops with one line; a training run stands at its last checkpoint, resumable."""
+
+
+def lost(ray: Any, exc: BaseException, what: str) -> WorkerLost:
+    """`exc` (a `ray.exceptions.RayActorError`) as one line naming `what` died, and why where Ray knows it."""
+    if getattr(exc, "actor_init_failed", False):  # its constructor raised: the error's own last line says what
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        return WorkerLost(f"the {what} could not start: {lines[-1] if lines else type(exc).__name__}")
+    if isinstance(exc, ray.exceptions.ActorUnavailableError):
+        return WorkerLost(f"the {what} became unreachable (its node or its connection went away)")
+    return WorkerLost(f"the {what} died (its process ended: killed, out of memory, or its node went away)")
+
+
 def wire_bytes(value: Any) -> int:
     """Roughly what Ray sends for `value` (it pickles task arguments and results the same way)."""
     return len(pickle.dumps(value, protocol=5))
@@ -281,9 +296,9 @@ class RayEnvPool(EnvPool):
                 try:
                     results[w] = self._ray.get(ref)
                     break
-                except self._ray.exceptions.RayActorError:  # died, or its node did (ActorDied/ActorUnavailable)
+                except self._ray.exceptions.RayActorError as exc:  # died, or its node did (ActorDied/Unavailable)
                     if attempt == self.max_restarts:
-                        raise
+                        raise lost(self._ray, exc, f"env worker {w}, replaced {self.max_restarts} times,") from None
                     self._replace(w)
                     ref = getattr(self.workers[w], method).remote(per_worker[w])
             self.sent_bytes += wire_bytes(per_worker[w]) + wire_bytes(results[w])

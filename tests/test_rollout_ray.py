@@ -94,3 +94,47 @@ def test_a_local_ray_offers_the_custom_resources_a_cluster_config_asks_for():
                                "ray.generator_resources={gpu_node: 1}", "ray.learner_resources={gpu_node: 0.5}"])
     assert local_resources(cfg) == {"env": 3.0, "gpu_node": 1.5}
     assert local_resources(load_config("tiny")) == {}
+
+
+def test_a_dead_actor_is_one_line_naming_it(ray_session):
+    """The generator or the learner actor killed under a run (OOM, `kill -9`, its node gone): the call that meets it
+    raises `WorkerLost`, one line naming which actor, not Ray's multi-line ActorDiedError (eppo-train prints it
+    with the resume hint, exit 1)."""
+    from eppo_train.actors import RayWorkers
+    from eppo_train.config import load_config
+    from eppo_train.envpool import WorkerLost
+    from eppo_train.policy.base import SamplingParams
+
+    workers = RayWorkers(load_config("tiny", ["ray.actor_cpus=0.5", "ray.torch_threads=1"]))
+    try:
+        greedy = SamplingParams(max_new_tokens=2, temperature=0.0)
+        assert len(workers.policy.generate([[1, 2, 3]], greedy)) == 1  # both actors up
+        workers.sync_weights()
+        ray.kill(workers.learner)
+        _wait_until_dead(workers.learner)
+        with pytest.raises(WorkerLost, match=r"^the learner actor died \(") as err:
+            workers.train([])
+        assert "\n" not in str(err.value)
+        ray.kill(workers.gen)
+        _wait_until_dead(workers.gen)
+        with pytest.raises(WorkerLost, match=r"^the generator actor died \(") as err:
+            workers.policy.generate([[1, 2, 3]], greedy)
+        assert "\n" not in str(err.value)
+    finally:
+        workers.close()
+
+
+def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
+    pool = RayEnvPool(1, max_restarts=0)
+    try:
+        pool.reset([EnvJob(0, ENV, "test", 5)])
+        victim = pool.workers[0]
+        ray.kill(victim)
+        _wait_until_dead(victim)
+        from eppo_train.envpool import WorkerLost
+
+        with pytest.raises(WorkerLost, match=r"^the env worker 0, replaced 0 times, died \(") as err:
+            pool.step([0], ["<answer>50</answer>"])
+        assert "\n" not in str(err.value)
+    finally:
+        pool.close()

@@ -111,6 +111,27 @@ def test_a_ray_address_where_nothing_answers_is_one_line_at_once(tmp_path, capsy
     assert time.monotonic() - t0 < 30
 
 
+def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
+    """A Ray actor that dies under `eppo-train` (killed, out of memory, its node gone) stops the run with one line
+    that names it and how to resume, exit 1; before this it was Ray's 30-line ActorDiedError traceback."""
+    from eppo_train import trainer
+    from eppo_train.cli import main
+    from eppo_train.envpool import WorkerLost
+
+    def dies(cfg, resume=False):
+        (cfg.run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
+        (cfg.run_dir / "checkpoints" / "step_000001" / "trainer.json").write_text('{"step": 1}')
+        (cfg.run_dir / "latest").write_text("step_000001")
+        raise WorkerLost("the learner actor died (its process ended: killed, out of memory, or its node went away)")
+
+    monkeypatch.setattr(trainer, "train", dies)
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=0"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("eppo-train: error: the learner actor died (") and \
+        f"; resume with: eppo-train --resume {tmp_path / 'tiny'}" in err
+
+
 def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys):
     # `eppo-train --ray-address auto` with no cluster running was a 29-line ConnectionError traceback. ray.init is
     # replaced: a real "auto" would join any local Ray another test or user has running on this machine.
