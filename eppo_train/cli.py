@@ -320,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
     from eppo_train.config import ConfigError
-    from eppo_train.envpool import WorkerLost
-    from eppo_train.interrupt import guard
+    from eppo_train.interrupt import WorkerLost, guard
     from eppo_train.policy.engine import EngineError
     from eppo_train.policy.models import ModelNotFoundError
     from eppo_train.trainer import RunError

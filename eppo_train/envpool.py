@@ -25,6 +25,7 @@ import gymnasium as gym
 
 import eppo_envs  # noqa: F401  (registers the built-in tasks)
 from eppo_train.config import ConfigError
+from eppo_train.interrupt import WorkerLost
 
 StepOut = tuple[str, float, bool, bool, dict[str, Any]]
 
@@ -212,11 +213,6 @@ def check_resources(what: str, wanted: dict[str, float]) -> None:
             raise PlacementError(f"{what} asks for {amount:g} {name!r} but the cluster offers "
                                  f"{offered.get(name, 0.0):g} (custom resources: {', '.join(custom) or 'none'}); "
                                  f"start nodes with ray start --resources '{{\"{name}\": N}}'")
-
-
-class WorkerLost(RuntimeError):
-    """A Ray actor of the command died under it (killed, out of memory, its node gone) or could not start: the
-    command stops with one line; a training run stands at its last checkpoint, resumable."""
 
 
 def lost(ray: Any, exc: BaseException, what: str) -> WorkerLost:

@@ -33,6 +33,12 @@ from eppo_train import reaper
 
 EXIT_INTERRUPTED = 130
 
+
+class WorkerLost(RuntimeError):
+    """A process the command works through died under it (a Ray actor killed, out of memory or with its node; the
+    vLLM engine's process), or a Ray actor could not start: the command stops with this one line, exit 1, and a
+    training run stands at its last checkpoint, resumable (the hint says how)."""
+
 _where: dict[int, str] = {}  # nesting level -> what runs there: {0: "stage 4/5 rl", 1: "iteration 3/6"}
 
 

@@ -102,7 +102,7 @@ def test_a_dead_actor_is_one_line_naming_it(ray_session):
     with the resume hint, exit 1)."""
     from eppo_train.actors import RayWorkers
     from eppo_train.config import load_config
-    from eppo_train.envpool import WorkerLost
+    from eppo_train.interrupt import WorkerLost
     from eppo_train.policy.base import SamplingParams
 
     workers = RayWorkers(load_config("tiny", ["ray.actor_cpus=0.5", "ray.torch_threads=1"]))
@@ -131,7 +131,7 @@ def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
         victim = pool.workers[0]
         ray.kill(victim)
         _wait_until_dead(victim)
-        from eppo_train.envpool import WorkerLost
+        from eppo_train.interrupt import WorkerLost
 
         with pytest.raises(WorkerLost, match=r"^the env worker 0, replaced 0 times, died \(") as err:
             pool.step([0], ["<answer>50</answer>"])

@@ -116,7 +116,7 @@ def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkey
     that names it and how to resume, exit 1; before this it was Ray's 30-line ActorDiedError traceback."""
     from eppo_train import trainer
     from eppo_train.cli import main
-    from eppo_train.envpool import WorkerLost
+    from eppo_train.interrupt import WorkerLost
 
     def dies(cfg, resume=False):
         (cfg.run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
@@ -157,3 +157,31 @@ def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys
                  "--ray-address", "auto"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ray.address 'auto'" in err and not (tmp_path / "cache" / "models").exists()
+
+
+@pytest.mark.parametrize("when", ["between calls", "during a call"])
+def test_a_dead_engine_process_is_worker_lost(when):
+    """The CPU vLLM engine runs in a child (policy/hosted.py). Killed between two calls, the next call's send was a
+    BrokenPipeError traceback; killed during one, an error eppo-train did not catch. Both are now `WorkerLost`: one
+    line with the exit code (eppo-train adds the resume hint, exit 1)."""
+    import multiprocessing
+    import os
+
+    from eppo_train.interrupt import WorkerLost
+    from eppo_train.policy.base import SamplingParams
+    from eppo_train.policy.hosted import HostedVLLMPolicy
+
+    ours, theirs = multiprocessing.Pipe()
+    context = multiprocessing.get_context("fork")
+    if when == "between calls":
+        child = context.Process(target=os._exit, args=(9,))
+    else:  # it takes the call, then dies before answering
+        child = context.Process(target=lambda: (theirs.recv(), os._exit(9)))
+    child.start()
+    theirs.close()
+    if when == "between calls":
+        child.join()
+    engine = HostedVLLMPolicy.__new__(HostedVLLMPolicy)
+    engine._process, engine._conn = child, ours
+    with pytest.raises(WorkerLost, match=r"^the vLLM engine process died \(exit code 9\)$"):
+        engine.generate([[1, 2]], SamplingParams(max_new_tokens=2))

@@ -28,13 +28,14 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eppo_train.interrupt import relayed_child_output
+from eppo_train.interrupt import WorkerLost, relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer
 
 
 class EngineProcessError(RuntimeError):
-    """The engine's process failed (to start, or in a call) or died; the message is its one-line reason."""
+    """The engine's process failed to start, or a call failed in it; the message is its one-line reason (a process
+    that died is `WorkerLost`)."""
 
 
 class HostedVLLMPolicy(PolicyBackend):
@@ -90,18 +91,27 @@ class HostedVLLMPolicy(PolicyBackend):
     def _call(self, method: str, *args: Any) -> Any:
         if self._process is None:
             raise EngineProcessError("the vLLM engine is closed")
-        self._conn.send((method, args))
+        try:
+            self._conn.send((method, args))
+        except OSError:  # a broken pipe: it died between calls
+            raise self._died() from None
         return self._receive()
 
     def _receive(self) -> Any:
         try:
             status, value = self._conn.recv()
-        except (EOFError, OSError):
-            code = self._process.exitcode if self._process is not None else None
-            raise EngineProcessError(f"the vLLM engine process died (exit code {code})") from None
+        except (EOFError, OSError):  # it died during the call
+            raise self._died() from None
         if status == "error":
             raise EngineProcessError(value)
         return value
+
+    def _died(self) -> WorkerLost:
+        code = None
+        if self._process is not None:
+            self._process.join(timeout=5)  # its exit code is set once it is reaped
+            code = self._process.exitcode
+        return WorkerLost(f"the vLLM engine process died (exit code {code})")
 
 
 def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (a multiprocessing Connection)
