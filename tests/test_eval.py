@@ -76,6 +76,18 @@ def test_expert_and_random_policies(tmp_path):
     assert rnd["tasks"]["example/GuessNumber-v0"]["invalid_action_rate"] > 0
 
 
+def test_random_policy_answers_code_in_a_fenced_block(tmp_path):
+    """Code reads a fenced python block, no tag: the random floor wrapped its words in <action> tags, which Code
+    rejects before running anything (invalid action rate 1.0, 6 turns and no attempt used)."""
+    out, transcripts = tmp_path / "code.json", tmp_path / "code.jsonl"
+    assert main(["--policy", "random", "--tasks", "code", "--episodes", "1", "--no-progress", "--json", str(out),
+                 "--transcripts", str(transcripts)]) == 0
+    (episode,) = [json.loads(line) for line in transcripts.read_text().splitlines()]
+    assert episode["turns"] and all(t["action"].startswith("```python\n") for t in episode["turns"])
+    assert json.loads(out.read_text())["tasks"]["eppo/Code-v0"]["invalid_action_rate"] == 0.0
+    assert len(episode["turns"]) == 3 and episode["terminated"]  # its 3 attempts, each one run against the tests
+
+
 def test_env_kwargs_reach_the_task(tmp_path):
     """`--env-kwarg TASK.KEY=VALUE` builds the task with that option (here a range of 1-8, so the expert's binary
     search needs at most 4 guesses); the report names the variant."""

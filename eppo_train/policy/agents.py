@@ -123,7 +123,8 @@ def tool_tags(env_id: str) -> tuple[str, ...]:
 
 
 class RandomAgent(Agent):
-    """A random admissible action when the env lists them, else random words in the task's own tool format.
+    """A random admissible action when the env lists them, else random words in the task's own tool format (a
+    fenced python block for a task without tags, such as eppo/Code-v0).
 
     Seeded per (task, instance seed, group member, turn), so the same instance gets the same random play in every run.
     """
@@ -148,7 +149,9 @@ class RandomAgent(Agent):
                 rng.choice([str(rng.randint(0, 100)), "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 8)))])
                 for _ in range(rng.randint(1, 3))
             )
-        tag = rng.choice(tags) if tags else "action"
+        if not tags:  # a task that reads no tag but a fenced python block (eppo/Code-v0)
+            return f"```python\n{content}\n```"
+        tag = rng.choice(tags)
         return f"<{tag}>{content}</{tag}>"
 
 
