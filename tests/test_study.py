@@ -132,6 +132,10 @@ def test_report_from_hand_made_result_files(tmp_path: Path):
 
     report = write_report(results, tmp_path / "study.md")
     text = report.read_text()
+    # the same result files give the same bytes (the line said when the report was written: every
+    # `make study-report` changed the committed report), dated by the newest run
+    assert write_report(results, tmp_path / "study.md").read_text() == text
+    assert "the newest run begun 2026-12-01 00:00 UTC. Do not edit by hand." in text
     assert "| grpo | 0, 1 | 0.12 ± 0.18 | 0.50 ± 0.00 | **0.31 ± 0.09** | 1.50 ± 0.71 | 2.00 ± 1.41 |" in text
     assert "| eppo | 0, 1 | 0.38 ± 0.18 | 0.50 ± 0.00 | **0.44 ± 0.09** | 0.00 ± 0.00 | 0.50 ± 0.71 |" in text
     assert f"| eppo | 2 | **{p.overall.fmt(2, signed=True)}** |" in text
