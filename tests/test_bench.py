@@ -71,6 +71,30 @@ def test_repetitions_below_one_are_a_clear_error(tmp_path, capsys, reps):
     assert "--reps must be at least 1" in capsys.readouterr().out and not out.exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--only", "learner", "--model", "bogus"], "--model: model 'bogus' not found"),
+    (["--only", "envs", "--envs", "zzz"], "--envs zzz: matches no registered env id"),
+])
+def test_a_model_or_env_filter_that_matches_nothing_is_one_line(tmp_path, capsys, args, message):
+    # each ran its sections as n/a rows ("no env is registered" for --envs zzz), exit 0, and replaced the
+    # previous results file with them
+    out = tmp_path / "r.json"
+    assert bench.main([*args, "--out", str(out)]) == 2
+    printed = capsys.readouterr().out.strip()
+    assert message in printed and len(printed.splitlines()) == 1 and not out.exists()
+
+
+def test_the_rollout_workload_keeps_only_the_tasks_envs_names():
+    # docs/bench.md: --envs filters the envs and rollout sections; the rollout ran all five tasks whatever it said
+    from eppo_train.benchmarks.common import BenchContext
+    from eppo_train.benchmarks.rollout_engines import make_train_workload
+
+    _, rc, problems = make_train_workload("tiny", False, BenchContext(envs="MathTool").wants_env)
+    assert problems and {p.env_id for p in problems} == {"run/math-v0"}
+    _, _, everything = make_train_workload("tiny", False)
+    assert len({p.env_id for p in everything}) == 5
+
+
 @pytest.mark.parametrize("name", sorted(SECTIONS))
 def test_every_section_is_listed(name, capsys):
     assert bench.main(["--list"]) == 0

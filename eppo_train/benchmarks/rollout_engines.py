@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
-from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, section
+from eppo_train.benchmarks.common import BenchContext, Figure, Unavailable, failed, figure, section
 
 
 def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float:
@@ -34,8 +35,9 @@ def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float
     return 2 * n**3 / statistics.median(times)
 
 
-def make_train_workload(model: str, quick: bool):
-    """(rollout config, problems, slots) of the pipeline's first RL iteration."""
+def make_train_workload(model: str, quick: bool, wants_env: Callable[[str], bool] = lambda env_id: True):
+    """(rollout config, problems, slots) of the pipeline's first RL iteration; `wants_env` (bench --envs) keeps only
+    the tasks whose env id it accepts."""
     from eppo_train.config import load_config
     from eppo_train.tasks import prepare_tasks, rollout_config, train_problems
 
@@ -43,7 +45,9 @@ def make_train_workload(model: str, quick: bool):
     if quick:
         overrides += ["rollout.max_turns=2", "rollout.max_new_tokens=16"]
     cfg = load_config("pipeline", overrides)
-    slots = prepare_tasks(cfg)
+    slots = [s for s in prepare_tasks(cfg) if wants_env(s.cfg.id) or wants_env(s.env_id)]
+    if not slots:
+        raise Unavailable("no task of the make-train workload matches --envs")
     if quick:
         slots = slots[:2]
     rc = replace(rollout_config(cfg, slots, 0), progress=False)
@@ -57,7 +61,7 @@ def bench_rollout(ctx: BenchContext) -> list[Figure]:
     from eppo_train.policy.precision import resolve_dtype
     from eppo_train.rollout import run_rollout
 
-    cfg, rc, problems = make_train_workload(ctx.model, ctx.quick)
+    cfg, rc, problems = make_train_workload(ctx.model, ctx.quick, ctx.wants_env)
     dtype = resolve_dtype(cfg.model.generator_dtype)
     tasks = sorted({p.env_id for p in problems})
     how = (f"run_rollout on the pipeline config's iteration 0 ({len(problems)} problems x G={rc.group_size} over "

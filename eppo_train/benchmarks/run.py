@@ -130,6 +130,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+MODEL_SECTIONS = ("learner", "rollout", "trl")
+ENV_SECTIONS = ("envs", "rollout")
+
+
+def check_inputs(names: list[str], args: argparse.Namespace) -> str | None:
+    """What the user typed that no section can run: a --model that resolves to nothing, an --envs that matches no
+    registered env id. One line, before any section starts."""
+    if any(n in MODEL_SECTIONS for n in names):
+        from eppo_train.policy.models import ModelNotFoundError, resolve_model
+
+        try:
+            resolve_model(args.model)
+        except ModelNotFoundError as exc:
+            return f"--model: {exc}"
+    if args.envs.strip() and any(n in ENV_SECTIONS for n in names):
+        from eppo_train.benchmarks.envs import registered_envs
+
+        ctx = BenchContext(envs=args.envs)
+        known = registered_envs()[0]
+        if not any(ctx.wants_env(e) for e in known):
+            return f"--envs {args.envs}: matches no registered env id ({', '.join(sorted(known))})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     # Kept now: some env packages rewrite sys.argv when imported, and the load is what the bench starts under.
     command = "python -m eppo_train.benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -150,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    problem = check_inputs(names, args)
+    if problem:  # a typo ran every section as an n/a row, exit 0, and replaced the last results file with them
+        console.print(f"[red]{problem}[/red]")
+        return 2
     info = machine()
     ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs, repetitions=args.reps)
     figures, seconds = run_sections(names, ctx)
