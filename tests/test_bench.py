@@ -95,6 +95,15 @@ def test_the_rollout_workload_keeps_only_the_tasks_envs_names():
     assert len({p.env_id for p in everything}) == 5
 
 
+@pytest.mark.parametrize("args, title", [
+    (["--reps", "1"], "median of 1 run)"), (["--reps", "2"], "median of 2 runs)"), ([], "median of 3 runs)"),
+    (["--quick"], "median of 1 run, --quick)"), (["--quick", "--reps", "2"], "median of 2 runs, --quick)"),
+])
+def test_the_table_title_names_the_repetitions_run(args, title):
+    # `make bench ARGS="--only sandbox --reps 1"` printed "EPPO bench (median of 3 runs)" above one-rep figures
+    assert f"(median of {bench.reps_note(bench.parse_args(args))})".endswith(title)
+
+
 @pytest.mark.parametrize("name", sorted(SECTIONS))
 def test_every_section_is_listed(name, capsys):
     assert bench.main(["--list"]) == 0

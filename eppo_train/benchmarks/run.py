@@ -130,6 +130,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def reps_note(args: argparse.Namespace) -> str:
+    """The table title's repetitions: --reps when given (a '--reps 1' table said 'median of 3 runs')."""
+    reps = args.reps if args.reps is not None else (1 if args.quick else 3)
+    return f"{reps} run{'s' if reps > 1 else ''}" + (", --quick" if args.quick else "")
+
+
 MODEL_SECTIONS = ("learner", "rollout", "trl")
 ENV_SECTIONS = ("envs", "rollout")
 
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs, repetitions=args.reps)
     figures, seconds = run_sections(names, ctx)
-    console.print(table(figures, "1 run, --quick" if args.quick else "3 runs"))
+    console.print(table(figures, reps_note(args)))
     console.print(f"machine: {info['cores']} cores, {info['cpu']}, GPU: {info['gpu'] or 'none'}, "
                   f"load at start {info['load_avg_1m']:.1f}; section seconds: {seconds}")
     out = Path(args.out)
