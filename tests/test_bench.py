@@ -104,6 +104,15 @@ def test_the_table_title_names_the_repetitions_run(args, title):
     assert f"(median of {bench.reps_note(bench.parse_args(args))})".endswith(title)
 
 
+def test_the_rollout_section_prints_a_line_per_turn(tmp_path, capsys):
+    # the section's 25-35 minutes (an HF repetition ~13) printed nothing between its title and its figures
+    data = _run(tmp_path, "--only", "rollout", "--model", "tiny", "--envs", "MathTool")
+    out = capsys.readouterr().out
+    assert "rollout: starting the hf engine" in out
+    assert "rollout: hf repetition 1/1: turn 1, episodes 0/32, " in out and "repetition 1/1: turn 2, " in out
+    assert any(f["name"] == "hf: new tokens/s" and f["value"] for f in data["figures"])
+
+
 @pytest.mark.parametrize("name", sorted(SECTIONS))
 def test_every_section_is_listed(name, capsys):
     assert bench.main(["--list"]) == 0

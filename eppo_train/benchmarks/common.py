@@ -55,6 +55,12 @@ class BenchContext:
         return quick if self.quick else full
 
 
+def note(section: str, text: str) -> None:
+    """A progress line from inside a long section (the rollout's HF repetitions take minutes each): the driver
+    prints a section's figures only once it has returned."""
+    print(f"  {section}: {text}", flush=True)
+
+
 def median_of(samples: list[float]) -> float:
     return float(statistics.median(samples))
 

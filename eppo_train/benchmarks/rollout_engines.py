@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from eppo_train.benchmarks.common import BenchContext, Figure, Unavailable, failed, figure, section
+from eppo_train.benchmarks.common import BenchContext, Figure, Unavailable, failed, figure, note, section
+from eppo_train.ticks import RolloutTick, listen
 
 
 def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float:
@@ -54,6 +55,18 @@ def make_train_workload(model: str, quick: bool, wants_env: Callable[[str], bool
     return cfg, rc, train_problems(cfg, slots, 0)
 
 
+def _turn_lines(where: str) -> Callable[[RolloutTick], None]:
+    """One progress line per turn of a repetition (an HF repetition of the make-train workload takes ~13 min)."""
+    def tick(t: RolloutTick) -> None:
+        if t.final:  # the last turn's line said it already
+            return
+        rate = t.tokens / t.generation_seconds if t.generation_seconds > 0 else 0.0
+        note("rollout", f"{where}: turn {t.turn}, episodes {t.done}/{t.total}, {t.tokens:,} new tokens, "
+                        f"{rate:.0f} new tok/s")
+
+    return tick
+
+
 @section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the matmul rate", "25-35 min (HF is most of it)")
 def bench_rollout(ctx: BenchContext) -> list[Figure]:
     from eppo_train.envpool import LocalEnvPool
@@ -69,6 +82,7 @@ def bench_rollout(ctx: BenchContext) -> list[Figure]:
            "engines alternate per repetition")
     engines, rows = {}, []
     for backend in ("vllm", "hf"):
+        note("rollout", f"starting the {backend} engine ({cfg.model.name}, {dtype})")
         try:
             engines[backend] = make_engine(EngineSpec(cfg.model.name, backend, dtype,
                                                       max(rc.max_total_tokens, 256)))
@@ -80,7 +94,9 @@ def bench_rollout(ctx: BenchContext) -> list[Figure]:
             run_rollout(policy, pool, problems[:1], replace(rc, group_size=1, max_turns=1, max_new_tokens=4))
         for rep in range(ctx.reps()):
             for backend, policy in engines.items():
-                stats[backend].append(run_rollout(policy, pool, problems, replace(rc, seed=rep)).stats)
+                where = f"{backend} repetition {rep + 1}/{ctx.reps()}"
+                with listen(_turn_lines(where)):
+                    stats[backend].append(run_rollout(policy, pool, problems, replace(rc, seed=rep)).stats)
     params = 0
     if "hf" in engines:
         params = sum(p.numel() for p in engines["hf"].model.parameters())
