@@ -100,3 +100,85 @@ def test_flat_groups_and_a_group_of_one_get_zero_advantage():
         want = [0.0, 0.0, 0.0, 1.0, -1.0] if scale else [0.0, 0.0, 0.0, 0.1, -0.1]
         assert [s.advantage for s in res.samples] == pytest.approx(want, abs=1e-4)
         assert res.stats["zero_variance_groups"] == 2
+
+
+def test_task_normalisation_over_groups_of_different_spread_and_window_samples():
+    # one task, three groups (Dr. GRPO centring per group over episodes, then a z-score over the task's samples):
+    # g1: episode a won (2 window samples), b lost -> centred +0.5, +0.5, -0.5; g2 flat -> 0, 0;
+    # g3: rewards 0.2 / 0 -> +0.1, -0.1. The samples' mean is 0.4 / 7, not 0 (episode a counts twice)
+    batch = [sample("t", "g1", "a", 1.0, turn=0, turns=2), sample("t", "g1", "a", 1.0, turn=1, turns=2),
+             sample("t", "g1", "b", 0.0), sample("t", "g2", "c", 0.5), sample("t", "g2", "d", 0.5),
+             sample("t", "g3", "e", 0.2), sample("t", "g3", "f", 0.0)]
+    centred = [0.5, 0.5, -0.5, 0.0, 0.0, 0.1, -0.1]
+    mean = sum(centred) / 7
+    std = (sum((c - mean) ** 2 for c in centred) / 7) ** 0.5
+    want = [(c - mean) / (std + 1e-6) for c in centred]
+    grpo = compute_advantages(batch, "grpo")  # +1 +1 -1 0 0 +1 -1: mean 1/7
+    assert grpo.stats["adv_mean"] == pytest.approx(1 / 7, abs=1e-5) == grpo.per_task["t"]["adv_mean"]
+    for scale in (True, False):  # the task-level z-score is the estimator's definition, whatever scale_by_std says
+        got = [s.advantage for s in compute_advantages(batch, "task", scale_by_std=scale).samples]
+        assert got == pytest.approx(want, abs=1e-6)
+
+
+def window(ep, turn, turns, reward, obs, step_reward):
+    s = sample("t", "g", ep, reward, turn=turn, turns=turns)  # every turn has the same prompt tokens
+    s.meta.update(observation_hash=obs, step_reward=step_reward)
+    return s
+
+
+def test_gigpo_on_the_rollouts_window_samples_uses_their_step_rewards_and_observation_hashes():
+    # As the rollout writes them: each turn's step reward and the hash of the observation it acts on (the prompts
+    # are all the same tokens, so only the hashes tell the states apart). gamma 0.5: a earns 0.5 at turn 0 and 1 at
+    # turn 1: returns 0.5 + 0.5 * 1 = 1 (h0) and 1 (h1); b (lost): 0 at h0, hx, h1; c (won at once): 1 (h0)
+    batch = [window("a", 0, 2, 1.0, "h0", 0.5), window("a", 1, 2, 1.0, "h1", 1.0),
+             window("b", 0, 3, 0.0, "h0", 0.0), window("b", 1, 3, 0.0, "hx", 0.0), window("b", 2, 3, 0.0, "h1", 0.0),
+             window("c", 0, 1, 1.0, "h0", 1.0)]
+    res = compute_advantages(batch, "gigpo", options={"gamma": 0.5, "weight": 0.5}).samples
+    # episodes a, c won, b lost: mean 2/3, population std sqrt(2)/3; step group h0 {1, 0, 1} alike
+    win, loss = (1 / 3) / (2 ** 0.5 / 3 + 1e-6), (-2 / 3) / (2 ** 0.5 / 3 + 1e-6)
+    # h1 {1, 0}: +-1; hx is visited once: no step term
+    want = [win + 0.5 * win, win + 0.5 * 1.0, loss + 0.5 * loss, loss, loss - 0.5 * 1.0, win + 0.5 * win]
+    assert [s.advantage for s in res] == pytest.approx(want, abs=1e-5)
+    # Dr. GRPO (scale_by_std false): both terms only centred; h0: +1/3, -2/3, +1/3; h1: +0.5, -0.5
+    res = compute_advantages(batch, "gigpo", scale_by_std=False, options={"gamma": 0.5, "weight": 0.5}).samples
+    want = [1 / 3 + 1 / 6, 1 / 3 + 0.25, -2 / 3 - 1 / 3, -2 / 3, -2 / 3 - 0.25, 1 / 3 + 1 / 6]
+    assert [s.advantage for s in res] == pytest.approx(want, abs=1e-9)
+    # without hashes the state is the prompt, whatever the reply: all of a group's turns here share one
+    from eppo_train.advantages import state_key
+
+    other_reply = sample("t", "g", "z", 0.0)
+    other_reply.input_ids = [1, 2, 9, 9]
+    assert state_key(sample("t", "g", "y", 1.0)) == state_key(other_reply)
+
+
+def test_step_return_and_gigpos_published_defaults():
+    from eppo_train.advantages import GigpoOptions, step_return
+
+    s = sample("t", "g", "a", 1.0, turn=0, turns=3)
+    assert step_return(s, 0.5) == 0.25  # the final reward two turns later: gamma^2
+    assert step_return(sample("t", "g", "a", 1.0, turn=2, turns=3), 0.5) == 1.0
+    assert step_return(sample("t", "g", "a", 0.7), 0.5) == 0.7  # whole-episode sample: the episode's reward
+    s.meta["step_return"] = 0.3
+    assert step_return(s, 0.5) == 0.3  # a known return wins
+    assert (GigpoOptions().weight, GigpoOptions().gamma) == (1.0, 0.95)  # GiGPO (Feng et al. 2025): omega 1, gamma 0.95
+
+
+def test_batch_and_per_task_statistics_by_hand():
+    # task x: group g1 (1, 0) -> +-1, group g2 flat (1, 1) -> 0, 0; task y: group g3 (0.5, 0.1, 0.3) -> +-1.2247, 0
+    batch = [sample("x", "g1", "a", 1.0), sample("x", "g1", "b", 0.0), sample("x", "g2", "c", 1.0),
+             sample("x", "g2", "d", 1.0), sample("y", "g3", "e", 0.5), sample("y", "g3", "f", 0.1),
+             sample("y", "g3", "g", 0.3)]
+    res = compute_advantages(batch, "grpo")
+    z = 0.2 / ((0.08 / 3) ** 0.5 + 1e-6)
+    assert [s.advantage for s in res.samples] == pytest.approx([1, -1, 0, 0, z, -z, 0], abs=1e-5)
+    assert res.stats["groups"] == 3 and res.stats["zero_variance_groups"] == 1
+    assert res.stats["zero_variance_frac"] == pytest.approx(1 / 3) and res.stats["samples_kept"] == 7
+    assert res.stats["adv_mean"] == pytest.approx(0.0, abs=1e-6)
+    assert res.stats["adv_std"] == pytest.approx(((2 + 2 * z * z) / 7) ** 0.5, abs=1e-5)
+    assert res.per_task["x"] == pytest.approx({"adv_mean": 0.0, "adv_std": 0.5 ** 0.5, "adv_abs_mean": 0.5,
+                                               "zero_var_frac": 0.5}, abs=1e-5)
+    assert res.per_task["y"] == pytest.approx({"adv_mean": 0.0, "adv_std": z * (2 / 3) ** 0.5,
+                                               "adv_abs_mean": 2 * z / 3, "zero_var_frac": 0.0}, abs=1e-5)
+    kept = compute_advantages(batch, "grpo", filter_zero_variance=True)
+    assert kept.stats["samples_kept"] == 5 and kept.stats["zero_variance_groups"] == 1
+    assert kept.per_task["x"]["zero_var_frac"] == 0.5 and kept.per_task["x"]["adv_abs_mean"] == pytest.approx(1.0, abs=1e-5)
