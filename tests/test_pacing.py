@@ -86,3 +86,43 @@ def test_steep_sigmoid_saturates_instead_of_overflowing():
     assert step.bounds["a"] == pytest.approx((0.1, 0.14))
     assert step.bounds["b"] == pytest.approx((0.3, 0.42))
     assert step.scale == pytest.approx({"a": 0.5, "b": 1.5})
+
+
+def test_a_tie_is_no_crossover_and_the_order_before_it_is_kept():
+    p = pacer(beta=0.0)
+    assert p.update({"a": 1.0, "b": 0.5}).crossovers == []
+    assert p.update({"a": 0.5, "b": 0.5}).crossovers == []  # tie
+    assert p.update({"a": 1.0, "b": 0.5}).crossovers == []  # the same order as before the tie: no flip
+    assert p.update({"a": 0.4, "b": 0.5}).crossovers == [("a", "b")]
+    assert p.crossovers == 1
+
+
+def test_a_spike_is_strictly_above_one_plus_tau_times_the_ema():
+    p = pacer(beta=0.0, tau=0.5)
+    p.update({"a": 0.5})
+    assert p.update({"a": 0.75}).spikes == []  # exactly 1.5 x 0.5
+    assert p.update({"a": 1.125 + 1e-9}).spikes == ["a"]
+
+
+def test_scale_is_reported_as_one_during_warmup():
+    p = pacer(warmup=1)
+    assert p.update({"a": 0.2, "b": 1.0}).scale == {"a": 1.0, "b": 1.0}
+    assert p.update({"a": 0.2, "b": 1.0}).scale["a"] == pytest.approx(0.6)  # the first test's c_a
+
+
+def test_the_entropy_order_survives_a_checkpoint():
+    # a crossover right after a resume is seen only if the last order was saved with the EMA
+    p = pacer(beta=0.0)
+    p.update({"a": 1.0, "b": 0.5})
+    q = pacer(beta=0.0)
+    q.load_state_dict(p.state_dict())
+    assert q.update({"a": 0.4, "b": 0.5}).crossovers == [("a", "b")]
+
+
+def test_a_task_near_zero_entropy_is_paced_from_its_own_value():
+    # 1e-3 nats against 1 nat, alpha 0.2 (no saturation): z = log(1e-3 / 0.5005), c = 1 + 0.5 tanh(0.1 z)
+    import math
+
+    c = 1 + 0.5 * math.tanh(0.1 * math.log(1e-3 / 0.5005))
+    step = pacer(alpha=0.2, eps_min=0.0).update({"a": 1e-3, "b": 1.0})
+    assert step.scale["a"] == pytest.approx(c) and step.bounds["a"] == pytest.approx((0.2 * c, 0.28 * c))

@@ -96,3 +96,34 @@ def test_t_interval_over_three_seeds_by_hand():
     # a consistent gain over seeds is seen; one seed has no spread to estimate
     assert t_interval([0.07, 0.11, 0.11]).excludes_zero()
     assert t_interval([0.04]) is None and t_interval([]) is None
+
+
+def test_an_interval_below_zero_excludes_it_too():
+    from eppo_train.stats import Interval
+
+    assert Interval(-0.3, -0.5, -0.1).excludes_zero() and Interval(0.3, 0.1, 0.5).excludes_zero()
+    assert not Interval(0.0, -0.1, 0.1).excludes_zero()
+
+
+def test_stratified_mean_leaves_an_empty_task_out():
+    assert stratified_bootstrap_mean([[1.0, 0.0], []]) == stratified_bootstrap_mean([[1.0, 0.0]])
+    assert stratified_bootstrap_mean([[], []]).as_list() == [0.0, 0.0]
+
+
+def test_episode_stats_by_hand():
+    from eppo_envs.core.record import Episode, Turn
+    from eppo_train.stats import episode_stats
+
+    def episode(rewards, valid, won, truncated, tokens):
+        turns = [Turn("x", "y", r, v, {"response_tokens": n}) for r, v, n in zip(rewards, valid, tokens, strict=True)]
+        return Episode("e", "t", "test", 0, "i", "", "", turns, won=won, truncated=truncated)
+
+    # 3 episodes, 6 steps: rewards 1, 0.5 (not won: a graded reward is no win), 0; 2 invalid actions; 1 truncated
+    eps = [episode([0.0, 1.0], [True, True], True, False, [10, 20]),
+           episode([0.5], [False], False, False, [30]),
+           episode([0.0, 0.0, 0.0], [True, False, True], False, True, [5, 5, 2])]
+    assert episode_stats(eps) == pytest.approx({
+        "episodes": 3, "success": 1 / 3, "mean_reward": 0.5, "mean_turns": 2.0, "invalid_rate": 2 / 6,
+        "truncated": 1 / 3, "response_length": 72 / 6})
+    assert episode_stats([]) == {"episodes": 0, "success": 0.0, "mean_reward": 0.0, "mean_turns": 0.0,
+                                 "invalid_rate": 0.0, "truncated": 0.0, "response_length": 0.0}
