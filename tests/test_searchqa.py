@@ -117,3 +117,19 @@ def test_expert_wins_wordnet_test_split():
     env = eppo_envs.make("eppo/SearchQA-v0", split="test", corpus="wordnet")
     wins = sum(play_episode(env, expert_policy(env), seed=i, split="test").won for i in range(500))
     assert wins >= 0.98 * 500
+
+
+def test_exact_match_and_f1_by_hand():
+    assert normalize_answer("A  Tale of\tTwo  Cities ") == "tale of two cities"  # "a" is an article too
+    assert normalize_answer("the end") == "end" and normalize_answer("Theatre") == "theatre"
+    # exact, not contained; any gold answer, not all
+    assert not exact_match("paris", ["paris france"]) and exact_match("Paris", ["Lyon", "paris"])
+    # precision 1/3, recall 1/1 -> F1 0.5; the best over the gold answers (0.5 against "apple", 0.4 against
+    # "apple pie", none against "pear"); a repeated token is matched as often as both sides have it
+    assert f1_score("red big apple", ["apple"]) == pytest.approx(0.5)
+    assert f1_score("red big apple", ["apple", "apple pie", "pear"]) == pytest.approx(0.5)
+    assert f1_score("apple apple", ["apple"]) == pytest.approx(2 * 0.5 * 1 / 1.5)
+    assert f1_score("apple apple", ["apple apple"]) == 1.0
+    from eppo_envs.searchqa.answers import answer_in_text
+
+    assert answer_in_text(["Ulmo"], "the bay of ulmo.") and not answer_in_text(["Ulmo"], "the Ulmonian bay")
