@@ -1,5 +1,6 @@
 """The learner on the tiny random model: exact log-probs, exact gradient accumulation, updates, resume."""
 
+import math
 import random
 
 import pytest
@@ -121,3 +122,74 @@ def test_checkpoint_resume_is_exact(model_path, tmp_path):
     for (n, p), (_, q) in zip(a.model.named_parameters(), b.model.named_parameters(), strict=True):
         assert torch.equal(p, q), n
     assert a.pacer.state_dict() == b.pacer.state_dict()
+
+
+def test_position_zero_is_never_in_the_loss():
+    from eppo_train.learner import pad_tokens
+
+    rows = [Sample("t", "g", "e", -1, [5, 6, 7], [1, 1, 0], [0.0] * 3, 0.0),
+            Sample("t", "g", "f", -1, [5, 6], [1, 1], [0.0] * 2, 0.0)]
+    ids, attn, mask = pad_tokens(rows)
+    assert mask.tolist() == [[0, 1, 0], [0, 1, 0]] and attn.tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert ids.tolist() == [[5, 6, 7], [5, 6, 0]]
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+def test_each_mini_batch_is_weighted_by_its_own_tokens_and_sequences(model_path, agg):
+    # lr 0 (the weights never move, so every ratio stays 1): with A = 1 everywhere each mini-batch's loss is -1
+    # (token mean over its own tokens, sequence mean over its own sequences), however it is split into
+    # micro-batches (budget 16: one or two rows each) and whatever a sample with no response tokens adds
+    batch = make_batch()
+    for s in batch:
+        s.advantage = 1.0
+    empty = Sample("high", "g9", "e9", -1, [11, 12, 13], [0, 0, 0], [0.0] * 3, 0.0)
+    empty.advantage = 1.0
+    learner = Learner(cfg_for(**{"algo.name": "dapo", "algo.loss_agg": agg, "learner.mini_batches": 2,
+                                 "learner.micro_batch_tokens": 16}))
+    for group in learner.optimizer.param_groups:
+        group["lr"] = 0.0
+    report = learner.train_step([*batch, empty])
+    assert report.metrics["loss"] == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_reported_entropy_clip_fraction_and_kl_by_hand(model_path):
+    # old log-probs kept (not recomputed) and set one nat above the model's own: every ratio is e^-1 < 1 - 0.2, so
+    # exactly the tokens with A < 0 are clipped, and KL(old || new) per token is k3 = e^-1 - (-1) - 1 = e^-1.
+    # Prompt positions carry an "old log-prob" too (0 + 1): they must count in neither figure.
+    from eppo_train.learner import pad_tokens
+
+    cfg = cfg_for(**{"algo.name": "dapo", "learner.recompute_old_logprobs": "false"})
+    learner = Learner(cfg)
+    batch = make_batch()
+    tokens = {"high": 0.0, "low": 0.0}
+    negative = {"high": 0.0, "low": 0.0}
+    ent_sum = {"high": 0.0, "low": 0.0}
+    for s in batch:
+        ids, attn, mask = pad_tokens([s])
+        with torch.no_grad():
+            lp, ent = token_logprobs_entropy(learner.model, ids, attn, mask)
+        s.old_logprobs = (lp[0] + 1.0).tolist()
+        n = float(mask.sum())
+        tokens[s.task] += n
+        ent_sum[s.task] += float((ent * mask).sum())
+        negative[s.task] += n * (s.advantage < 0)
+    want_entropy = {t: ent_sum[t] / tokens[t] for t in tokens}
+    report = learner.train_step(batch)
+    for t in ("high", "low"):
+        got = report.per_task[t]
+        assert got["entropy"] == pytest.approx(want_entropy[t], rel=1e-5), t
+        assert got["clip_frac"] == pytest.approx(negative[t] / tokens[t]), t
+        assert got["approx_kl"] == pytest.approx(math.exp(-1.0), rel=1e-4), t
+        assert (got["eps_low"], got["eps_high"], got["pace_scale"]) == (0.2, 0.28, 1.0), t  # dapo is not paced
+    assert Learner(cfg_for(**{"algo.eps_low": 0.1, "algo.eps_high": 0.4})).pacer.eps_high == 0.4
+
+
+def test_the_pacers_bounds_reach_the_loss_inputs(model_path):
+    learner = Learner(cfg_for(**{"algo.name": "eppo"}))
+    batch = make_batch()
+    learner._bounds = {"high": (0.1, 0.3)}  # task "low" has none: the base bounds
+    b = learner._pad(batch, [0, 1])
+    n0, n1 = len(batch[0].input_ids), len(batch[1].input_ids)
+    assert batch[0].task == "high" and batch[1].task == "low"
+    assert torch.allclose(b["lo"][0, :n0], torch.tensor(0.1)) and torch.allclose(b["hi"][0, :n0], torch.tensor(0.3))
+    assert torch.allclose(b["lo"][1, :n1], torch.tensor(0.2)) and torch.allclose(b["hi"][1, :n1], torch.tensor(0.28))
