@@ -26,7 +26,8 @@ def _sample(group: str, member: int, won: bool) -> Sample:
 def test_losing_groups_are_those_without_a_win():
     samples = [_sample("a|train|1", 0, False), _sample("a|train|1", 1, True),
                _sample("a|train|2", 0, False), _sample("a|train|2", 1, False),
-               _sample("b|test|3", 0, False)]
+               _sample("b|test|3", 0, False),
+               _sample("c|train|4", 0, True), _sample("c|train|4", 1, False)]  # a win before a loss: not losing
     assert losing_groups(samples) == [Problem("a", "train", 2), Problem("b", "test", 3)]
 
 

@@ -88,3 +88,21 @@ def test_normalize_color():
     assert normalize_color("navy blue") == "blue" and normalize_color("grey") == "grey"
     assert normalize_color("Navy Blue") == "Navy Blue" and normalize_color("dark wash") == "ash"
     assert normalize_color("2.6 oz") == "2.6 oz"
+
+
+def test_boundaries_of_the_price_term_the_category_match_and_an_empty_noun_set():
+    from dataclasses import replace
+
+    from eppo_envs.webshop.reward import type_reward
+
+    assert compute_reward(_deodorant(price=30.0), GOAL, RIGHT, TYPE_WORDS).price_ok  # at the cap: within it
+    no_cap = replace(GOAL, price_upper=0.0)
+    assert compute_reward(_deodorant(price=999.0), no_cap, RIGHT, TYPE_WORDS).reward == 1.0  # no cap: always met
+    # category paths must share at least 2 levels; one shared level is no match
+    other = _deodorant(query="soap", product_category="Beauty & Personal Care > Skin Care > Soap")
+    assert type_reward(other, GOAL, TYPE_WORDS)[3] is False
+    two = _deodorant(query="soap", product_category="Beauty & Personal Care > Personal Care > Soap")
+    assert type_reward(two, GOAL, TYPE_WORDS)[3] is True
+    # a goal name with no product-type noun scores the title 0.2 (WebShop's default): r_type 0.5, not 0
+    plain = replace(GOAL, name="Acme Thing", query="thing", product_category="Other > Things")
+    assert type_reward(other, plain, TYPE_WORDS)[:2] == (0.5, 0.2)
