@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from importlib import import_module
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,7 +14,7 @@ from rich.table import Table
 import eppo_envs
 from eppo_envs.benchmarks.experts import run_expert
 from eppo_envs.core import first_prompt
-from eppo_envs.core.registry import resolve, task_spec
+from eppo_envs.core.registry import import_tasks, resolve, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -48,7 +47,7 @@ def _message(exc: BaseException) -> str:
 def _load_plugins(modules: list[str]) -> None:
     """`--import mylab.tasks` registers a user's own tasks before the command runs."""
     for module in modules:
-        import_module(module)
+        import_tasks(module)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

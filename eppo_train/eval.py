@@ -13,7 +13,6 @@ from `policy.factory.make_policy`; intervals from `stats` (Wilson for success, b
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import shlex
@@ -128,12 +127,13 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
+    from eppo_envs.core.registry import import_tasks
     from eppo_train import interrupt
 
     check_args(args)
     for module in args.imports:
         try:
-            importlib.import_module(module)
+            import_tasks(module)
         except ImportError as exc:
             raise UsageError(f"cannot import {module!r}: {exc}") from None
     spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split,

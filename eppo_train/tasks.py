@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config, ConfigError, TaskConfig
@@ -41,10 +40,11 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     import gymnasium as gym
 
     import eppo_envs
+    from eppo_envs.core.registry import import_tasks
 
     for module in cfg.env.imports:
         try:
-            import_module(module)
+            import_tasks(module)
         except ImportError as exc:
             raise ConfigError(f"env.imports: cannot import {module!r} ({exc})") from None
     slots, labels = [], set()

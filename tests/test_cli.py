@@ -76,3 +76,40 @@ def test_ctrl_c_is_one_line_and_exit_130():
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines() == ["eppo-envs: interrupted"] and "Traceback" not in err
+
+
+COUNTDOWN = '''
+import eppo_envs
+from eppo_envs.example.guess_number import GuessNumberEnv
+
+eppo_envs.register("mylab/Mine-v0", entry_point=GuessNumberEnv, task="mine", max_episode_steps=10)
+'''
+
+
+def test_import_finds_your_module_in_the_folder_you_run_in(tmp_path):
+    """README: `eppo-envs --import mylab.tasks list` with mylab/ beside you. A console script starts with its bin
+    folder on sys.path, not the folder it runs in: this was "eppo-envs: error: No module named 'mylab'" (and the
+    same in eppo-eval --import and eppo-train's env.imports)."""
+    from pathlib import Path
+
+    (tmp_path / "mylab").mkdir()
+    (tmp_path / "mylab" / "__init__.py").write_text("")
+    (tmp_path / "mylab" / "tasks.py").write_text(COUNTDOWN)
+    script = Path(sys.executable).parent / "eppo-envs"
+    proc = subprocess.run([str(script), "--import", "mylab.tasks", "expert", "mylab/Mine-v0", "--episodes", "2",
+                           "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["success_rate"] == 1.0
+
+
+def test_import_tasks_looks_in_the_current_folder_last(tmp_path, monkeypatch):
+    from eppo_envs.core import import_tasks
+
+    (tmp_path / "mylab_here").mkdir()
+    (tmp_path / "mylab_here" / "__init__.py").write_text("VALUE = 7\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "mylab_here", raising=False)
+    assert import_tasks("mylab_here").VALUE == 7
+    assert sys.path[-1] == str(tmp_path)  # appended: a folder of yours never shadows an installed package
+    monkeypatch.delitem(sys.modules, "mylab_here")

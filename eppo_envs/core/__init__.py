@@ -11,7 +11,7 @@ from eppo_envs.core.parsing import (
 )
 from eppo_envs.core.play import Policy, expert_policy, play_episode
 from eppo_envs.core.record import Episode, Turn
-from eppo_envs.core.registry import TaskSpec, make, register, resolve, task_spec, tasks
+from eppo_envs.core.registry import TaskSpec, import_tasks, make, register, resolve, task_spec, tasks
 
 __all__ = [
     "AgentEnv",
@@ -26,6 +26,7 @@ __all__ = [
     "extract_boxed",
     "extract_code_block",
     "find_tags",
+    "import_tasks",
     "first_prompt",
     "make",
     "parse_tool_call",

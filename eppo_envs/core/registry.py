@@ -3,8 +3,11 @@ ids are EPPO tasks, so the CLI, the conformance suite and the trainer can list t
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any
 
 import gymnasium as gym
@@ -38,6 +41,16 @@ def register(
     spec = TaskSpec(env_id, task, description, max_episode_steps, dict(kwargs))
     _SPECS[env_id] = spec
     return spec
+
+
+def import_tasks(module: str) -> Any:
+    """Import a module that registers your own tasks (`--import mylab.tasks`, a config's `env.imports`), looking in
+    the current folder too, as `python -m` does: a console script (`eppo-envs`, `eppo-eval`, `eppo-train`) starts
+    with its own bin folder on `sys.path`, so `mylab/` beside you was "No module named 'mylab'"."""
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.append(here)  # after the installed packages: a folder of yours never shadows one of them
+    return import_module(module)
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:
