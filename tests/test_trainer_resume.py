@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from eppo_train.cli import main
 from eppo_train.metrics import read_metrics
@@ -15,8 +16,12 @@ from eppo_train.metrics import read_metrics
 BASE = ["--config", "tiny", "--set", "ray.enabled=false", "--set", "pacing.warmup=0"]
 
 
+def learner_state(run_dir, step):
+    return torch.load(run_dir / "checkpoints" / f"step_{step:06d}" / "learner.pt", weights_only=False)
+
+
 def pacer_state(run_dir, step):
-    return torch.load(run_dir / "checkpoints" / f"step_{step:06d}" / "learner.pt", weights_only=False)["pacer"]
+    return learner_state(run_dir, step)["pacer"]
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -33,6 +38,13 @@ def test_resume_continues_exactly(tmp_path):
     assert sb["step"] == 3 and sb["ema"] == pytest.approx(sa["ema"], rel=1e-4)
     for key in ("loss", "learner_tokens"):
         assert b[-1][key] == pytest.approx(a[-1][key], rel=1e-4, abs=1e-6), key
+    # the resumed run ends on the same weights and optimizer state, bit for bit (CPU, one process: measured equal)
+    wa, wb = (load_file(str(run / "tiny" / "checkpoints" / "step_000003" / "model" / "model.safetensors"))
+              for run in (straight, stopped))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    oa, ob = (learner_state(run / "tiny", 3)["optimizer"]["state"] for run in (straight, stopped))
+    assert oa.keys() == ob.keys()
+    assert all(torch.equal(oa[i][k], ob[i][k]) for i in oa for k in oa[i])
 
 
 @pytest.mark.slow
