@@ -92,12 +92,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Bar:
-    """One tqdm bar over every episode of the evaluation: done/total, new tokens/s, ETA."""
+    """One tqdm bar over every episode of the evaluation: done/total, new tokens/s, ETA. Redrawn every `every_s`
+    seconds between ticks too: ticks come once a turn, and one turn of `make eval` (every live episode in one engine
+    call) takes minutes on CPU, during which the bar, elapsed time included, stood still."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, enabled: bool, every_s: float = 10.0) -> None:
+        import threading
+
         from tqdm.auto import tqdm
 
         self.bar = tqdm(total=total, desc="eval", unit="ep", disable=not enabled, dynamic_ncols=True)
+        self._stopped = threading.Event()
+        if enabled:
+            threading.Thread(target=self._redraw, args=(every_s,), daemon=True).start()
+
+    def _redraw(self, every_s: float) -> None:
+        while not self._stopped.wait(every_s):
+            self.bar.refresh()
 
     def __call__(self, p: EvalProgress) -> None:
         self.bar.update(p.done - self.bar.n)
@@ -105,6 +116,7 @@ class _Bar:
             self.bar.set_postfix_str(f"{p.tokens / p.seconds:.0f} new tok/s", refresh=False)
 
     def close(self) -> None:
+        self._stopped.set()
         self.bar.close()
 
 

@@ -139,6 +139,24 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(
     assert err.startswith("eppo-eval: cannot write") and "\n" not in err and "Traceback" not in err
 
 
+def test_the_progress_bar_is_redrawn_between_turns(capsys):
+    """One turn of `make eval` is one engine call of minutes; the bar (elapsed time included) used to stand still
+    until the turn ended."""
+    import time
+
+    from eppo_train.eval import _Bar
+
+    bar = _Bar(12, True, every_s=0.2)
+    time.sleep(1.1)
+    bar.close()
+    frames = [f for f in capsys.readouterr().err.split("\r") if "0/12" in f]
+    assert len(frames) >= 4  # the first draw, ~5 redraws, the close
+    quiet = _Bar(12, False, every_s=0.05)
+    time.sleep(0.2)
+    quiet.close()
+    assert capsys.readouterr().err == ""  # --no-progress: nothing, and no thread
+
+
 def test_latest_finds_the_newest_checkpoint(tmp_path):
     assert newest_model_folder(tmp_path / "runs") is None
     older = tmp_path / "runs" / "a" / "checkpoints" / "step_1"
