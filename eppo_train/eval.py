@@ -120,6 +120,17 @@ class _Bar:
         self.bar.close()
 
 
+def _unwritable(path: Path) -> bool:
+    """Whether writing `path` (its missing folders made first) must fail: its nearest existing ancestor is a file,
+    or a folder this user cannot write."""
+    folder = path.parent if not path.exists() else path
+    while not folder.exists():
+        folder = folder.parent
+    if path.exists():
+        return not os.access(path, os.W_OK)
+    return not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Refuse what would run as something else than asked (--max-turns 0 meant each task's own cap, a negative
     temperature greedy decoding) or fail only after the evaluation (an output path that is a folder)."""
@@ -131,8 +142,10 @@ def check_args(args: argparse.Namespace) -> None:
         (not 0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
         (args.workers < 0, "--workers must be >= 0 (0: envs in this process)"),
     ]
-    problems += [(path is not None and path.is_dir(), f"{flag} {path}: is a directory; give a file name")
-                 for flag, path in (("--json", args.json), ("--transcripts", args.transcripts))]
+    for flag, path in (("--json", args.json), ("--transcripts", args.transcripts)):
+        if path is not None:
+            problems += [(path.is_dir(), f"{flag} {path}: is a directory; give a file name"),
+                         (not path.is_dir() and _unwritable(path), f"{flag} {path}: cannot be written there")]
     for bad, message in problems:
         if bad:
             raise UsageError(message)

@@ -133,10 +133,16 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(
         assert main(["--policy", "expert", *TASK, "--episodes", "1", flag, str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
         assert f"{flag} {tmp_path}: is a directory" in err and "\n" not in err
+    # a path under a file was refused only after the whole evaluation (exit 1, the results lost)
     (tmp_path / "a-file").write_text("")
-    assert main(["--policy", "expert", *TASK, "--episodes", "1", "--json", str(tmp_path / "a-file" / "out.json")]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("eppo-eval: cannot write") and "\n" not in err and "Traceback" not in err
+    for flag in ("--json", "--transcripts"):
+        bad = tmp_path / "a-file" / "sub" / "out.json"
+        assert main(["--policy", "expert", *TASK, "--episodes", "1", flag, str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"eppo-eval: {flag} {bad}: cannot be written there"
+    # missing folders are made
+    report = tmp_path / "new" / "folder" / "out.json"
+    assert main(["--policy", "expert", *TASK, "--episodes", "1", "--json", str(report)]) == 0 and report.exists()
 
 
 def test_the_progress_bar_is_redrawn_between_turns(capsys):
