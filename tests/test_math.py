@@ -10,10 +10,12 @@ import pytest
 
 import eppo_envs
 import eppo_envs.math  # noqa: F401  (registers eppo/MathTool-v0)
-from eppo_envs.math.grading import is_correct
+from eppo_envs.math import grading
+from eppo_envs.math.grading import is_correct, normalise
 from eppo_envs.math.problems import ProblemSet
 
-pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+# only the tests that run Python through the tool need the sandbox; grading and problem sets do not
+needs_bwrap = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
 
 
 def test_grading_is_symbolic():
@@ -39,6 +41,7 @@ def test_levels_select_problems():
     assert info["level"] == 1 and info["source"] == "simple_equations"
 
 
+@needs_bwrap
 def test_tool_run_then_answer():
     env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["basic_arithmetic"], level=1, max_tool_calls=1)
     env.reset(seed=0)
@@ -51,6 +54,7 @@ def test_tool_run_then_answer():
     assert terminated and reward == 1.0 and info["won"]
 
 
+@needs_bwrap
 def test_wrong_answer_loses_and_errors_are_reported():
     env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["gsm_symbolic"])
     env.reset(seed=1)
@@ -60,6 +64,7 @@ def test_wrong_answer_loses_and_errors_are_reported():
     assert terminated and reward == 0.0 and not info["won"]
 
 
+@needs_bwrap
 @pytest.mark.parametrize("source", ["gsm_symbolic", "basic_arithmetic", "simple_equations", "champ"])
 def test_expert_uses_the_tool_and_wins(source):
     env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=[source])
@@ -88,3 +93,71 @@ def test_grading_off_the_main_thread_is_bounded():
     assert _graded_in_a_thread("9^{9^{9^{9}}}", "5") == [False]
     assert time.monotonic() - start < 60
     assert _graded_in_a_thread("\\frac{1}{2}", "0.5") == [True] and _graded_in_a_thread("240", "239") == [False]
+
+
+def test_normalise_drops_spaces_dollars_thin_spaces_a_final_full_stop_and_case():
+    assert normalise("  $5/14$. ") == "5/14"
+    assert normalise("1E3") == "1e3"
+    assert normalise("1\\!000 ") == "1000"
+
+
+def test_answers_equal_as_normalised_text_win_where_math_verify_alone_says_no():
+    # math-verify rejects each pair on its own (a trailing full stop after a fraction, an upper-case exponent);
+    # the normalised comparison before it accepts them
+    for prediction, reference in [("5/14.", "5/14"), ("-1/2.", "-1/2"), ("1E3", "1e3")]:
+        assert not grading._verify(prediction, reference)
+        assert is_correct(prediction, reference), (prediction, reference)
+
+
+def test_an_empty_answer_never_wins(monkeypatch):
+    assert not is_correct("", "") and not is_correct("  ", "$ $")  # equal as normalised text, but nothing answered
+    monkeypatch.setattr(grading, "_verify", lambda *args, **kwargs: True)  # not even past a grader that says yes
+    assert not is_correct("", "3") and not is_correct(" \n", "3")
+
+
+def test_an_answer_math_verify_cannot_parse_never_wins(monkeypatch):
+    assert grading.parse(grading._as_math("\\")) == []  # a lone backslash parses to nothing
+    monkeypatch.setattr(grading, "verify", lambda gold, pred, **kwargs: True)  # a verify that accepts anything
+    assert not is_correct("\\", "3") and not grading._verify("\\", "3")
+    assert not grading._verify("3", "\\")  # nor does a reference that parses to nothing
+
+
+def _slow_yes(delay_s: float):
+    def grade(prediction: str, reference: str, timed: bool = True) -> bool:
+        time.sleep(delay_s)
+        return True
+    return grade
+
+
+def test_a_grade_past_the_child_deadline_is_a_loss(monkeypatch):
+    """Off the main thread the grade runs in a forked child (which inherits the patched `_verify`); one that has
+    not answered by `CHILD_DEADLINE_S` is killed and the answer counts as wrong, however right it may be."""
+    monkeypatch.setattr(grading, "CHILD_DEADLINE_S", 5.0)
+    monkeypatch.setattr(grading, "_verify", _slow_yes(0.0))
+    assert _graded_in_a_thread("0.5", "1/2") == [True]  # the child's verdict comes back within the deadline
+    monkeypatch.setattr(grading, "CHILD_DEADLINE_S", 0.3)
+    monkeypatch.setattr(grading, "_verify", _slow_yes(30.0))
+    start = time.monotonic()
+    assert _graded_in_a_thread("0.5", "1/2") == [False]
+    assert time.monotonic() - start < 10  # killed at the deadline, not waited for
+
+
+def test_an_episode_whose_grade_times_out_is_lost(monkeypatch):
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["basic_arithmetic"], level=1)
+
+    def answer_in_a_thread() -> tuple:
+        env.reset(seed=0)
+        reply = f"<answer>\\boxed{{{env.unwrapped.problem.answer}}}</answer>"  # right, but not the same text
+        out: list = []
+        thread = threading.Thread(target=lambda: out.append(env.step(reply)), daemon=True)
+        thread.start()
+        thread.join(60)
+        (result,) = out
+        return result
+
+    obs, reward, terminated, _, info = answer_in_a_thread()
+    assert obs == "Correct." and reward == 1.0 and terminated and info["won"]  # graded in a child, in time
+    monkeypatch.setattr(grading, "CHILD_DEADLINE_S", 0.3)
+    monkeypatch.setattr(grading, "_verify", _slow_yes(30.0))
+    obs, reward, terminated, _, info = answer_in_a_thread()
+    assert obs == "Incorrect." and reward == 0.0 and terminated and not info["won"]
