@@ -13,8 +13,11 @@ import pytest
 
 import eppo_envs
 import eppo_envs.code  # noqa: F401  (registers eppo/Code-v0)
+from eppo_envs.code import env as code_env
 from eppo_envs.code import wire
+from eppo_envs.code.harness import run_tests
 from eppo_envs.code.humaneval import humaneval_problems
+from eppo_envs.code.problems import CodeProblem
 
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
 
@@ -278,3 +281,45 @@ def test_hash_flooding_replies_do_not_stall_the_judge(envs):
     start = time.monotonic()
     obs, reward, *_ = _step(envs["train"], index, code)
     assert reward == 0.0 and time.monotonic() - start < 8.0, obs  # was ~3 s of set building per test call
+
+
+INC = "def inc(x):\n    return x + 1\n"  # right on ints, raises TypeError on a string
+
+
+def _own_problem(monkeypatch, tests: str):
+    """Code-v0 on one hand-written problem (its training split), reset to it."""
+    problem = CodeProblem("own_0", 'def inc(x):\n    """x + 1"""\n', INC, tests, "inc", 1, "generated")
+    monkeypatch.setitem(code_env.PROBLEM_SOURCES, "generated", lambda: (problem,))
+    env = eppo_envs.make("eppo/Code-v0", split="train")
+    env.reset(options={"index": 0})
+    return env
+
+
+def test_a_problem_whose_check_asserts_nothing_is_never_won(monkeypatch):
+    env = _own_problem(monkeypatch, "def check(candidate):\n    candidate(1)\n")  # 0 tests: nothing to pass
+    obs, reward, terminated, _, info = env.step(f"```python\n{INC}```")
+    assert reward == 0.0 and not info["won"] and info["pass_fraction"] == 0.0 and obs.startswith("0/0 tests"), obs
+
+
+def test_setup_statements_are_not_counted_as_passed_tests(monkeypatch):
+    tests = "def check(candidate):\n    offset = 1\n    assert candidate(1) == 1 + offset\n    assert candidate(2) == 99\n"
+    obs, reward, terminated, _, info = _own_problem(monkeypatch, tests).step(f"```python\n{INC}```")
+    assert reward == 0.0 and not info["won"] and info["pass_fraction"] == 0.5, obs
+    assert obs.startswith("1/2 tests passed. Failed test `assert candidate(2) == 99`"), obs
+
+
+def test_a_failed_setup_fails_every_test_after_it(monkeypatch):
+    # as HumanEval's `check(candidate)` would: the exception ends the function, so the last test never passes
+    tests = "def check(candidate):\n    assert candidate(1) == 2\n    probe = candidate('x')\n    assert candidate(2) == 3\n"
+    obs, reward, terminated, _, info = _own_problem(monkeypatch, tests).step(f"```python\n{INC}```")
+    assert reward == 0.0 and not info["won"] and info["pass_fraction"] == 0.5, obs
+    assert obs.startswith("1/2 tests passed. Failed setup `probe = candidate('x')`") and "TypeError" in obs, obs
+
+
+def test_passed_tests_never_exceed_the_total_given(envs):
+    tests = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n"
+    sandbox = envs["train"].unwrapped.sandbox
+    report = run_tests(sandbox, INC, tests, "inc", total=2)
+    assert (report.passed, report.pass_fraction, report.all_passed) == (2, 1.0, True)
+    report = run_tests(sandbox, INC, tests, "inc", total=1)  # a caller's stale count: still at most 1.0
+    assert (report.passed, report.total, report.pass_fraction, report.all_passed) == (1, 1, 1.0, True)
