@@ -116,7 +116,7 @@ def _burn(stop) -> None:  # noqa: ANN001  (a multiprocessing.Event)
 
 
 def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_under_load(engines, tmp_path,
-                                                                                          monkeypatch):
+                                                                                          monkeypatch, capfd):
     """The CPU default (policy/hosted.py): vLLM's engine core in process, inside a child of ours.
 
     - It starts in a process that has imported numba (bm25s, the SearchQA retriever, does): vLLM's in-process start,
@@ -125,6 +125,8 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
     - The same call twice, once with a busy process beside it, returns the same tokens and log-probs bit for bit,
       greedy and seeded sampling: the call is queued whole before the first engine step.
     - Ended as an interrupted command ends its children (SIGTERM), it leaves nothing in the temp folder.
+    - With vLLM's logging at ERROR (make_engine's default), its start prints nothing: no Triton notice, no
+      FutureWarning, no torch C++ NUMA warning, no weight-loading progress bar above the run's own lines.
     """
     import multiprocessing
 
@@ -133,8 +135,14 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
 
     hf, _ = engines
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the spawned child's temp folder
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "ERROR")
+    monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
+    capfd.readouterr()
     hosted = HostedVLLMPolicy(MODEL, dtype="float32", max_model_len=1024, enforce_eager=True)
     try:
+        started = "".join(capfd.readouterr())
+        for noise in ("Triton is installed", "FutureWarning", "NUMA binding", "Loading safetensors"):
+            assert noise not in started, started
         # the HF model's weights as they are now (an earlier test of this module pushed perturbed ones into it)
         hosted.update_weights({name: p.detach() for name, p in hf.model.named_parameters()})
         greedy = SamplingParams(max_new_tokens=16, temperature=0.0)

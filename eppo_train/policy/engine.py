@@ -84,7 +84,7 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
             if warning:
                 print(warning, file=sys.stderr, flush=True)
         # Every core runs the model (vLLM's CPU default leaves one for its front end, which sits idle while the
-        # model runs; measured in docs/bench.md).
+        # model runs; both bindings measured in docs/bench.md, "Threads").
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max(0, (os.cpu_count() or 1) - 1)}")
     # On CPU the engine core runs in process inside a child of ours (policy/hosted.py: reproducible calls, and
     # faster on 2 cores); on CUDA vLLM's own engine process, whose throughput there is not measured against it.

@@ -31,6 +31,7 @@ from typing import Any
 from eppo_train.interrupt import WorkerLost, relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer
+from eppo_train.policy.vllm import quiet_child_env, scoped_environment, weights_file
 
 
 class EngineProcessError(RuntimeError):
@@ -48,7 +49,8 @@ class HostedVLLMPolicy(PolicyBackend):
         self._conn, child_end = context.Pipe()
         self._process = context.Process(target=_serve, args=(child_end, model, kwargs), name="eppo-vllm-engine",
                                         daemon=True)
-        with relayed_child_output():  # after a Ctrl-C, the child's shutdown messages are dropped
+        # after a Ctrl-C, the child's shutdown messages are dropped
+        with relayed_child_output(), scoped_environment(**quiet_child_env()):
             self._process.start()
         child_end.close()
         self._receive()  # "ready", or the reason it could not start
@@ -65,8 +67,6 @@ class HostedVLLMPolicy(PolicyBackend):
 
     def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """The learner's (HF-named) tensors into the running engine, through a file in shared memory."""
-        from eppo_train.policy.vllm import weights_file
-
         with weights_file(state_dict) as path:
             self._call("load_weights_file", path)
 

