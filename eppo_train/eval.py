@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
         try:
             import_tasks(module)
         except ImportError as exc:
-            raise UsageError(f"cannot import {module!r}: {exc}") from None
+            raise UsageError(str(exc)) from None
     spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split,
                     args.max_turns, args.max_new_tokens, args.max_total_tokens, args.temperature, args.top_p,
                     args.seed, args.samples, args.batch_size, args.workers, args.ray_address)

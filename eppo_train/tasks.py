@@ -46,7 +46,7 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         try:
             import_tasks(module)
         except ImportError as exc:
-            raise ConfigError(f"env.imports: cannot import {module!r} ({exc})") from None
+            raise ConfigError(f"env.imports: {exc}") from None
     slots, labels = [], set()
     for i, t in enumerate(cfg.env.tasks):
         if t.id not in gym.registry:

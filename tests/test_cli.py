@@ -113,3 +113,11 @@ def test_import_tasks_looks_in_the_current_folder_last(tmp_path, monkeypatch):
     assert import_tasks("mylab_here").VALUE == 7
     assert sys.path[-1] == str(tmp_path)  # appended: a folder of yours never shadows an installed package
     monkeypatch.delitem(sys.modules, "mylab_here")
+
+
+def test_an_import_that_fails_names_the_module_asked_for():
+    # `eppo-envs --import no.such.mod list` said only "No module named 'no'"
+    from eppo_envs.core import import_tasks
+
+    with pytest.raises(ModuleNotFoundError, match=r"^cannot import 'no_such_pkg_xyz\.tasks': No module named"):
+        import_tasks("no_such_pkg_xyz.tasks")

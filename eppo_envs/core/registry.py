@@ -50,7 +50,10 @@ def import_tasks(module: str) -> Any:
     here = os.getcwd()
     if "" not in sys.path and here not in sys.path:
         sys.path.append(here)  # after the installed packages: a folder of yours never shadows one of them
-    return import_module(module)
+    try:
+        return import_module(module)
+    except ImportError as exc:  # "No module named 'no'" for no.such.mod: say which import was asked for
+        raise type(exc)(f"cannot import {module!r}: {exc}") from None
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:
