@@ -328,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     _argv[:] = argv
     _hint_fn.clear()
     again = f"run the same command again: {PROG} " + shlex.join(argv)  # sft, study: a rerun skips finished work
-    hint = lambda: _hint_fn[0]() if _hint_fn else again  # noqa: E731
+    def hint() -> str:
+        return _hint_fn[0]() if _hint_fn else again
+
     with guard(PROG, hint):
         try:
             return args.run(args)

@@ -123,11 +123,11 @@ class _Bar:
 def _unwritable(path: Path) -> bool:
     """Whether writing `path` (its missing folders made first) must fail: its nearest existing ancestor is a file,
     or a folder this user cannot write."""
-    folder = path.parent if not path.exists() else path
-    while not folder.exists():
-        folder = folder.parent
     if path.exists():
         return not os.access(path, os.W_OK)
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
     return not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)
 
 

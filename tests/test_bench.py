@@ -101,7 +101,7 @@ def test_the_rollout_workload_keeps_only_the_tasks_envs_names():
 ])
 def test_the_table_title_names_the_repetitions_run(args, title):
     # `make bench ARGS="--only sandbox --reps 1"` printed "EPPO bench (median of 3 runs)" above one-rep figures
-    assert f"(median of {bench.reps_note(bench.parse_args(args))})".endswith(title)
+    assert f"(median of {bench.reps_note(bench.context(bench.parse_args(args)))})".endswith(title)
 
 
 def test_the_rollout_section_prints_a_line_per_turn(tmp_path, capsys):

@@ -130,33 +130,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def reps_note(args: argparse.Namespace) -> str:
-    """The table title's repetitions: --reps when given (a '--reps 1' table said 'median of 3 runs')."""
-    reps = args.reps if args.reps is not None else (1 if args.quick else 3)
-    return f"{reps} run{'s' if reps > 1 else ''}" + (", --quick" if args.quick else "")
+def context(args: argparse.Namespace) -> BenchContext:
+    return BenchContext(quick=args.quick, model=args.model, envs=args.envs, repetitions=args.reps)
+
+
+def reps_note(ctx: BenchContext) -> str:
+    """The table title's repetitions, as the sections count them (a '--reps 1' table said 'median of 3 runs')."""
+    reps = ctx.reps()
+    return f"{reps} run{'s' if reps > 1 else ''}" + (", --quick" if ctx.quick else "")
 
 
 MODEL_SECTIONS = ("learner", "rollout", "trl")
 ENV_SECTIONS = ("envs", "rollout")
 
 
-def check_inputs(names: list[str], args: argparse.Namespace) -> str | None:
+def check_inputs(names: list[str], ctx: BenchContext) -> str | None:
     """What the user typed that no section can run: a --model that resolves to nothing, an --envs that matches no
     registered env id. One line, before any section starts."""
     if any(n in MODEL_SECTIONS for n in names):
         from eppo_train.policy.models import ModelNotFoundError, resolve_model
 
         try:
-            resolve_model(args.model)
+            resolve_model(ctx.model)
         except ModelNotFoundError as exc:
             return f"--model: {exc}"
-    if args.envs.strip() and any(n in ENV_SECTIONS for n in names):
+    if ctx.envs.strip() and any(n in ENV_SECTIONS for n in names):
         from eppo_train.benchmarks.envs import registered_envs
 
-        ctx = BenchContext(envs=args.envs)
         known = registered_envs()[0]
         if not any(ctx.wants_env(e) for e in known):
-            return f"--envs {args.envs}: matches no registered env id ({', '.join(sorted(known))})"
+            return f"--envs {ctx.envs}: matches no registered env id ({', '.join(sorted(known))})"
     return None
 
 
@@ -180,14 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    problem = check_inputs(names, args)
+    ctx = context(args)
+    problem = check_inputs(names, ctx)
     if problem:  # a typo ran every section as an n/a row, exit 0, and replaced the last results file with them
         console.print(f"[red]{problem}[/red]")
         return 2
     info = machine()
-    ctx = BenchContext(quick=args.quick, model=args.model, envs=args.envs, repetitions=args.reps)
     figures, seconds = run_sections(names, ctx)
-    console.print(table(figures, reps_note(args)))
+    console.print(table(figures, reps_note(ctx)))
     console.print(f"machine: {info['cores']} cores, {info['cpu']}, GPU: {info['gpu'] or 'none'}, "
                   f"load at start {info['load_avg_1m']:.1f}; section seconds: {seconds}")
     out = Path(args.out)
