@@ -80,6 +80,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     env = eppo_envs.make(resolve(args.env_id))
+    try:
+        _play(env, args)
+    except KeyboardInterrupt:
+        print()  # end the prompt's line: main's "interrupted" then starts a line of its own
+        raise
+    finally:
+        env.close()
+    return 0
+
+
+def _play(env, args: argparse.Namespace) -> None:  # noqa: ANN001  (a gymnasium env)
     unwrapped = env.unwrapped
     obs, info = env.reset(seed=args.seed, options={"split": args.split} if args.split else None)
     print(f"== {info['instance_id']}  (type 'help', 'expert' for the oracle's move, 'quit' to stop)\n")
@@ -91,7 +102,7 @@ def cmd_play(args: argparse.Namespace) -> int:
             console.print("[dim]actions: " + escape(", ".join(info["admissible_actions"])) + "[/dim]")
         try:
             line = input("> ")
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:  # Ctrl-D: the player is done, like 'quit'. Ctrl-C is an interrupt: main says so, exit 130
             print()
             break
         command = line.strip()
@@ -115,8 +126,6 @@ def cmd_play(args: argparse.Namespace) -> int:
             outcome = "won" if info["won"] else ("out of steps" if truncated else "ended")
             print(f"\n== episode {outcome}; total reward {total:g}")
             break
-    env.close()
-    return 0
 
 
 def cmd_expert(args: argparse.Namespace) -> int:

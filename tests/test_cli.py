@@ -78,6 +78,25 @@ def test_ctrl_c_is_one_line_and_exit_130():
     assert err.strip().splitlines() == ["eppo-envs: interrupted"] and "Traceback" not in err
 
 
+def test_ctrl_c_at_the_play_prompt_is_an_interrupt_and_ctrl_d_a_quit():
+    """Ctrl-C at `play`'s prompt ended the game with exit 0, like 'quit'; it is an interrupt (one line, exit 130),
+    Ctrl-D (end of input) is the player's quit (exit 0)."""
+    import os
+    import signal
+
+    args = [sys.executable, "-m", "eppo_envs.cli", *PLUGIN, "play", "guess_number", "--seed", "1"]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.readline().startswith("== ")  # the game has started; the prompt follows
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines() == ["eppo-envs: interrupted"]
+
+    ended = subprocess.run(args, input="", capture_output=True, text=True, timeout=120)
+    assert ended.returncode == 0 and ended.stderr == "", ended.stderr[-2000:]
+
+
 COUNTDOWN = '''
 import eppo_envs
 from eppo_envs.example.guess_number import GuessNumberEnv
