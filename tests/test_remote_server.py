@@ -163,6 +163,24 @@ def test_cli_rejects_bad_input_in_one_line(capsys):
     assert "does not take these arguments" in err and "KEY=VALUE" in err and len(err.splitlines()) == 4
 
 
+def test_a_port_in_use_or_a_host_not_ours_is_one_line(capsys):
+    """`serve --port N` on a port in use (or --host a name that does not resolve) ended in a traceback from
+    socket.bind."""
+    import socket
+
+    from eppo_envs.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", GUESS, "--port", str(port)]) == 2
+    assert main(["serve", GUESS, "--host", "no-such-host.invalid", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith(f"eppo-envs: error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert "cannot listen on no-such-host.invalid:0" in err.splitlines()[1] and len(err.splitlines()) == 2
+
+
 def test_openenv_websocket_protocol_plays_the_same_episode():
     """OpenEnv's own /ws protocol (what OpenEnv clients speak): one session per connection, same episode."""
     from websockets.sync.client import connect as ws_connect

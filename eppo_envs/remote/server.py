@@ -222,7 +222,12 @@ def serve(config: ServerConfig) -> None:
     app = build_app(config)
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, config.port))
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:  # a port in use, a host name that does not resolve or is not ours: the user's to change
+        sock.close()
+        raise ValueError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc} "
+                         "(--host, --port; --port 0 picks a free port)") from None
     sock.listen(2048)  # listening before the URL is printed: early clients queue instead of being refused
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
