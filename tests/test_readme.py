@@ -115,3 +115,19 @@ def test_doc_python_blocks_run(name):
         if (name, i) not in NOT_RUN:
             exec(compile(code, f"{name} block {i}", "exec"), namespace)
 
+
+def test_alfworld_doc_eval_block_runs(tmp_path):
+    # the block wrote its module into /tmp/alfmod without creating the folder: "No such file or directory"
+    import json
+    import subprocess
+    import sys
+
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", (README.parent / "docs" / "alfworld.md").read_text(),
+                                       re.DOTALL) if "alf_listed" in b)
+    script = (block.replace("/tmp/alfmod", str(tmp_path / "alfmod")).replace("runs/<run>/sft", "expert")
+              .replace("--episodes 32", "--episodes 1 --no-progress").replace("python -m", f"{sys.executable} -m"))
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["tasks"]["probe/ALFWorldListed-v0"]["success"] == 1.0
