@@ -114,3 +114,11 @@ def test_a_bad_split_is_one_line_before_the_run(override, words):
     with pytest.raises(ConfigError) as exc:
         prepare_tasks(load_config("tiny", [override]))
     assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_eval_every_is_refused_rather_than_ignored():
+    # run.eval_every=5 was accepted and did nothing: no code read it, while its comment promised periodic evaluation
+    assert load_config("tiny", ["run.eval_every=0"]).run.eval_every == 0
+    with pytest.raises(ConfigError) as exc:
+        load_config("tiny", ["run.eval_every=5"])
+    assert str(exc.value).startswith("run.eval_every: only 0") and "\n" not in str(exc.value)
