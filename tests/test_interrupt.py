@@ -186,6 +186,24 @@ def test_sigterm_before_the_first_checkpoint_says_start_over(tmp_path: Path):
     assert line.endswith("--set run.overwrite=true")
 
 
+def _working_children(pid: int) -> list[psutil.Process]:
+    """The command's descendants other than its watchdog (eppo_train/reaper.py)."""
+    return [p for p in psutil.Process(pid).children(recursive=True) if "reaper.py" not in _cmdline(p)]
+
+
+def test_ctrl_c_during_a_bench_section(tmp_path: Path):
+    """make bench ended a Ctrl-C with a KeyboardInterrupt traceback from inside the section (found interrupting
+    `--only sandbox`); it is one line, exit 130, its sandboxes gone and the last results file left as it was."""
+    out = tmp_path / "results.json"
+    cmd = Command(["eppo_train.benchmarks", "--only", "sandbox", "--out", str(out)], tmp_path)
+    cmd.wait_for(lambda: _working_children(cmd.proc.pid), timeout=120)  # the sandbox runs its snippets
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
+    assert rc == 130 and not survivors, (cmd.err[-3000:], cmd.leftovers)
+    assert line == (f"eppo-bench: interrupted at section 1/1 sandbox; {out} not written; "
+                    f'rerun with: make bench ARGS="--only sandbox --out {out}"'), line
+    assert "Traceback" not in cmd.err and not out.exists()
+
+
 def _guarded(tmp_path: Path, body: str) -> subprocess.Popen:
     """A script running `body` (indented, with `time` and `logging` imported) inside guard('prog', ...), started
     and ready: its stdout said so."""

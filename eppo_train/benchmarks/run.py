@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from dataclasses import asdict
@@ -62,10 +63,13 @@ def machine() -> dict:
 
 
 def run_sections(names: list[str], ctx: BenchContext) -> tuple[list[Figure], dict[str, float]]:
+    from eppo_train import interrupt
+
     figures: list[Figure] = []
     seconds: dict[str, float] = {}
-    for name in names:
+    for i, name in enumerate(names):
         sec = SECTIONS[name]
+        interrupt.set_where(0, f"section {i + 1}/{len(names)} {name}")
         console.print(f"[bold]{name}[/bold]: {sec.title} ...")
         t0 = time.perf_counter()
         try:
@@ -165,8 +169,10 @@ def check_inputs(names: list[str], ctx: BenchContext) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     # Kept now: some env packages rewrite sys.argv when imported, and the load is what the bench starts under.
-    command = "python -m eppo_train.benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
+    argv_ = list(sys.argv[1:] if argv is None else argv)
+    command = "python -m eppo_train.benchmarks " + " ".join(argv_)
+    args = parse_args(argv_)
+    out = Path(args.out)
     if args.list:
         for sec in SECTIONS.values():
             console.print(f"{sec.name:14} {sec.title} (~{sec.cost})")
@@ -189,11 +195,17 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]{problem}[/red]")
         return 2
     info = machine()
-    figures, seconds = run_sections(names, ctx)
+    from eppo_train.interrupt import guard
+
+    # Ctrl-C or SIGTERM mid-section: one line and exit 130 instead of a traceback, the section's engines, browsers,
+    # sandboxes and Ray stopped (guard's cleanup), and the last results file left as it was (nothing is written
+    # before every section has run)
+    hint = f"{out} not written; rerun with: make bench" + (f' ARGS="{shlex.join(argv_)}"' if argv_ else "")
+    with guard("eppo-bench", lambda: hint):
+        figures, seconds = run_sections(names, ctx)
     console.print(table(figures, reps_note(ctx)))
     console.print(f"machine: {info['cores']} cores, {info['cpu']}, GPU: {info['gpu'] or 'none'}, "
                   f"load at start {info['load_avg_1m']:.1f}; section seconds: {seconds}")
-    out = Path(args.out)
     write_json(out, figures, seconds, args, command, info)
     console.print(f"wrote {out}")
     return 0
