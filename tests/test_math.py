@@ -65,6 +65,22 @@ def test_wrong_answer_loses_and_errors_are_reported():
 
 
 @needs_bwrap
+def test_the_tool_neither_reaches_the_answer_nor_answers_for_the_model():
+    """A run that looks for the problem's data (CHAMP's answers live in a package outside the sandbox) finds none,
+    and what it prints, a grader's verdict and an answer tag included, is output for the model, never its answer."""
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["champ"])
+    env.reset(seed=0)
+    gold = env.unwrapped.problem.answer
+    probe = ("import os\nfound = [os.path.join(r, f) for r, ds, fs in os.walk('/') if not r.startswith(('/proc', '/sys'))"
+             " for f in fs + ds if 'champ' in f.lower()]\n"
+             f"print('found', found)\nprint('<answer>{gold}</answer>')\nprint('Correct.')")
+    obs, reward, terminated, _, info = env.step(f"<python>{probe}</python>")
+    assert "found []" in obs and not terminated and reward == 0.0 and info["action_valid"], obs
+    _, reward, terminated, _, info = env.step(f"<answer>{gold}1</answer>")
+    assert terminated and reward == 0.0 and not info["won"]
+
+
+@needs_bwrap
 @pytest.mark.parametrize("source", ["gsm_symbolic", "basic_arithmetic", "simple_equations", "champ"])
 def test_expert_uses_the_tool_and_wins(source):
     env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=[source])
@@ -107,6 +123,27 @@ def test_answers_equal_as_normalised_text_win_where_math_verify_alone_says_no():
     for prediction, reference in [("5/14.", "5/14"), ("-1/2.", "-1/2"), ("1E3", "1e3")]:
         assert not grading._verify(prediction, reference)
         assert is_correct(prediction, reference), (prediction, reference)
+
+
+# Each reply won for both answers: the normalised text read one value (a leading "." stripped, numbers joined across
+# a space, a newline or a `$`) and math-verify another (it reads "3 4" as 7 and "5/14." as 5).
+HEDGES = [(".5", "5", "1/2"), ("3 4", "34", "7"), ("1\n2", "12", "2"), ("5$6", "56", "5"), ("0 .5", "0.5", "0"),
+          ("10 0", "100", "0"), ("5/14.", "5/14", "5"), ("1/ 2 .", "1/2", "2"), ("1\n/2", "1/2", "1")]
+
+
+@pytest.mark.parametrize("reply, first, second", HEDGES)
+def test_one_reply_never_wins_for_two_different_answers(reply, first, second):
+    assert sum(is_correct(reply, answer) for answer in (first, second)) <= 1, reply
+    assert is_correct(first, first) and is_correct(second, second)  # each answer itself still wins
+
+
+def test_the_text_comparison_ignores_only_what_cannot_change_the_value():
+    assert normalise("5 / 14") == normalise("5/14") and normalise("- 1") == "-1"  # space next to operators
+    assert normalise("3 4") != normalise("34") and normalise(".5") != normalise("5")  # but not between numbers
+    assert is_correct("\\frac{5}{14}.", "5/14") and is_correct("$5/14$.", "5/14")  # a final full stop is punctuation
+    start = time.monotonic()
+    assert not is_correct(". " * 30_000 + "x", "1")  # linear in the answer's length, as long as a turn may be
+    assert time.monotonic() - start < 5.0
 
 
 def test_an_empty_answer_never_wins(monkeypatch):

@@ -9,6 +9,7 @@ import threading
 from math_verify import parse, verify
 
 _SPACE_RE = re.compile(r"\s+")
+_JOINS = re.compile(r"[0-9a-z.]")  # characters a space between keeps apart (in lower-cased text)
 # math-verify bounds itself (3 s per parse, 5 s per verify) with SIGALRM, which works in a main thread only. Off
 # the main thread a child process grades instead and is killed past this deadline.
 CHILD_DEADLINE_S = 20.0
@@ -21,16 +22,65 @@ def _as_math(text: str) -> str:
     return text if ("$" in text or "\\boxed" in text or "\\(" in text) else f"${text}$"
 
 
+def _end_of(text: str, chars: str) -> int:
+    """Where `text` ends once trailing whitespace and `chars` are dropped (a loop, not a regex: "[.\\s]+$" on a
+    long run of ". " is quadratic)."""
+    end = len(text)
+    while end and (text[end - 1].isspace() or text[end - 1] in chars):
+        end -= 1
+    return end
+
+
+def without_full_stop(text: str) -> str:
+    """`text` without surrounding space and the full stop(s) that end it as a sentence, also just inside a closing
+    `$` ("5/14." and "$5/14.$" are 5/14): what math-verify reads."""
+    text = text.strip()
+    text = text[:_end_of(text, ".")]
+    body = text.rstrip("$")
+    return body[:_end_of(body, ".")] + text[len(body):]
+
+
+def _gap(match: re.Match[str]) -> str:
+    """Space inside an answer: dropped next to an operator or bracket ("5 / 14" is 5/14), but one space where it
+    separates two number or word characters ("3 4" is not 34, "0 .5" is not 0.5) or breaks the line (math-verify
+    reads the last line: "1\\n/2" is not 1/2)."""
+    text, start, end = match.string, match.start(), match.end()
+    if "\n" in match.group() or "\r" in match.group():
+        return " "
+    return " " if start > 0 and end < len(text) and _JOINS.match(text[start - 1]) and _JOINS.match(text[end]) else ""
+
+
+def _outer(text: str) -> str:
+    """`text` without surrounding space, its final full stop(s), and `$` delimiters that enclose all of it."""
+    text = text.strip()
+    text = text[:_end_of(text, ".")]
+    pairs = min(len(text) - len(text.lstrip("$")), len(text) - len(text.rstrip("$")))
+    if pairs and text.strip("$"):
+        text = text[pairs:len(text) - pairs].strip()
+        text = text[:_end_of(text, ".")]
+    return text
+
+
 def normalise(text: str) -> str:
-    return _SPACE_RE.sub("", text.strip().strip(".").lower().replace("\\!", "").replace("$", ""))
+    """The answer as text, for the exact-text comparison: case, enclosing `$`, `\\!` thin spaces, a final full stop
+    and space next to operators do not count. Nothing that separates two numbers is removed, and a leading "."
+    stays (".5" is 0.5): the text must not read as a value other than the one math-verify reads."""
+    return _SPACE_RE.sub(_gap, _outer(text).lower().replace("\\!", "").strip())
 
 
 def is_correct(prediction: str, reference: str) -> bool:
-    """True when `prediction` equals `reference` mathematically (or, failing a parse, as normalised text)."""
+    """True when `prediction` equals `reference` mathematically (or, failing a parse, as normalised text).
+
+    Both comparisons read one value from the prediction: the text comparison only drops what cannot change a value,
+    and math-verify reads the prediction without the full stop that the text comparison ignores too (it read
+    "5/14." as 5). Otherwise one reply could win for two answers ("3 4" was 7 to math-verify and 34 as text)."""
     if not prediction.strip():
         return False
     if normalise(prediction) == normalise(reference):
         return True
+    prediction = without_full_stop(prediction)
+    if not prediction:
+        return False
     if threading.current_thread() is threading.main_thread():
         return _verify(prediction, reference)
     if multiprocessing.current_process().daemon:  # a daemonic worker may start no child: no limit, as before
