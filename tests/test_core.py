@@ -1,3 +1,5 @@
+import time
+
 import gymnasium as gym
 import pytest
 
@@ -37,6 +39,13 @@ def test_code_block_and_boxed():
     assert parsing.extract_boxed(r"so \boxed{\frac{1}{2}} and then \boxed{3}") == "3"
     assert parsing.extract_boxed(r"\boxed{\frac{1}{2}}") == r"\frac{1}{2}"
     assert parsing.extract_boxed("no box") is None
+    assert parsing.extract_boxed(r"\boxed{\boxed{5}} \boxed{x") == "5" and parsing.extract_boxed("} \\boxed{1}}") == "1"
+
+
+def test_boxed_answers_are_found_in_time_linear_in_the_reply():
+    start = time.monotonic()  # one scan from each unclosed \boxed{ to the end: 49 s on this reply
+    assert parsing.extract_boxed("\\boxed{" * (parsing.MAX_PARSE_CHARS // 7)) is None
+    assert time.monotonic() - start < 2.0
 
 
 def test_clip_handles_bytes_none_and_huge():

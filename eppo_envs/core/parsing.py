@@ -88,14 +88,19 @@ def extract_code_block(text: object) -> str | None:
 
 
 def extract_boxed(text: object) -> str | None:
-    """Content of the last `\\boxed{...}` with balanced braces, or None."""
+    """Content of the last `\\boxed{...}` with balanced braces, or None. Each brace is matched once, in one pass
+    (scanning from every `\\boxed{` to its end took 49 s on a reply of 9,000 unclosed ones)."""
     body = strip_think(clip(text))
+    closing: dict[int, int] = {}  # the position of each "{" -> that of its matching "}"
+    opened: list[int] = []
+    for i, ch in enumerate(body):
+        if ch == "{":
+            opened.append(i)
+        elif ch == "}" and opened:
+            closing[opened.pop()] = i
     result = None
     for m in _BOXED_RE.finditer(body):
-        depth, start = 1, m.end()
-        for i in range(start, len(body)):
-            depth += {"{": 1, "}": -1}.get(body[i], 0)
-            if depth == 0:
-                result = body[start:i].strip()
-                break
+        end = closing.get(m.end() - 1)
+        if end is not None:
+            result = body[m.end():end].strip()
     return result
