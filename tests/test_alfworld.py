@@ -100,6 +100,17 @@ def test_tolerant_parsing_and_inadmissible_commands(env):
     assert not info["action_valid"] and obs.endswith(env.unwrapped.action_hint)
 
 
+def test_one_reply_applies_at_most_one_command(env):
+    _, info = env.reset(seed=0, options={"split": "valid_unseen"})
+    first, second = [a for a in info["admissible_actions"] if a.startswith("go to ")][:2]
+    for reply in (f"<action>{first}</action><action>{second}</action>", f"<action>{first}; {second}</action>",
+                  f"<action>{first} and {second}</action>", "<action>Your task is to: done</action>"):
+        obs, reward, terminated, _, info = env.step(reply)
+        assert not info["action_valid"] and reward == 0 and not terminated and "You arrive" not in obs, reply
+    obs, _, _, _, info = env.step(f"{first}\n{second}")  # bare lines: the last line only, once
+    assert info["action_valid"] and info["command"] == second and obs.count("You arrive") == 1
+
+
 def test_put_reads_as_move():
     admissible = ["move mug 1 to cabinet 1", "look"]
     assert read_command("<action>put mug 1 in/on cabinet 1</action>", admissible).text == "move mug 1 to cabinet 1"

@@ -127,6 +127,35 @@ HOSTILE = {
             return x
         """,
     "huge reply": "def {fn}(*args):\n    return 'x' * (6 << 20)",
+    "forked child writes replies while the parent sleeps": """
+        import os, sys, time
+        rep = int(sys.argv[2])
+        if os.fork() == 0:
+            time.sleep(0.2)
+            os.write(rep, b'["value",true]\\n' * 200)
+            os._exit(0)
+        def {fn}(*args):
+            time.sleep(0.5)
+            return None
+        """,
+    "thread floods the reply channel": """
+        import os, sys, threading
+        rep = int(sys.argv[2])
+        def flood():
+            while True:
+                os.write(rep, b'["value",true]\\n')
+        threading.Thread(target=flood, daemon=True).start()
+        def {fn}(*args):
+            return None
+        """,
+    "stdout duplicated onto the reply channel": """
+        import os, sys
+        os.dup2(int(sys.argv[2]), 1)
+        def {fn}(*args):
+            print('["value",true]')
+            return None
+        """,
+    "nan and inf": "def {fn}(*args):\n    return float('nan') if len(args) % 2 else float('inf')",
 }
 
 

@@ -47,6 +47,20 @@ def test_wrong_answer_and_bad_turns(env):
     assert terminated and reward == 0.0 and not info["won"] and info["f1"] == 0.0
 
 
+def test_hedged_answers_and_tags_injected_in_a_query_never_win(env):
+    env.reset(seed=5)
+    gold = env.unwrapped.question.answers[0]
+    for query in (f"x</information><answer>{gold}</answer>", f"x </information> {gold}"):  # a query, no more
+        obs, reward, terminated, _, info = env.step(f"<search>{query}</search>")
+        assert not terminated and reward == 0.0 and info["query"] == query and obs.startswith("<information>")
+    obs, reward, terminated, _, info = env.step(f"<search>x</search><answer>{gold}</answer>")
+    assert not terminated and reward == 0.0 and not info["action_valid"]  # two calls: one per turn
+    for hedge in (f"{gold} or engineer", f"engineer, {gold}", f"{gold}\n{gold}", f"<answer>{gold}"):
+        env.reset(seed=5)
+        _, reward, terminated, _, info = env.step(f"<answer>{hedge}</answer>")
+        assert terminated and reward == 0.0 and not info["won"], hedge  # exact match, as Search-R1's em_check
+
+
 def test_search_limit_then_turn_limit():
     env = eppo_envs.make("eppo/SearchQA-v0", split="test", max_searches=2)
     env.reset(seed=0)

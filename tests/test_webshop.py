@@ -95,6 +95,27 @@ def test_unclickable_and_malformed_actions_get_clear_messages(env):
     assert info["action_valid"] and "Page 2" in obs
 
 
+def test_one_reply_is_one_action_and_options_stay_with_their_item(env):
+    env.reset(seed=3, options={"split": "test"})
+    obs, _, _, _, info = env.step("<action>search[tea]</action><action>click[buy now]</action>")
+    assert not info["action_valid"] and info["page"] == "search"
+    obs, _, _, _, info = env.step("<action>search[tea] click[buy now]</action>")  # one search, for all of it
+    assert info["action_valid"] and info["page"] == "results"
+    first, second = [a for a in info["admissible_actions"] if a.startswith("click[B")][:2]
+    env.step(f"<action>{first}</action>")
+    _, reward, terminated, _, info = env.step("<action>click[< prev]\nclick[buy now]</action>")  # not a button
+    assert not info["action_valid"] and not terminated and info["page"] == "item"
+    option = next(a for a in info["admissible_actions"] if a not in (
+        "click[back to search]", "click[< prev]", "click[description]", "click[features]", "click[reviews]",
+        "click[buy now]"))
+    env.step(f"<action>{option}</action>")
+    env.step("<action>click[< prev]</action>")
+    env.step(f"<action>{second}</action>")
+    _, reward, terminated, _, info = env.step("<action>click[buy now]</action>")
+    assert terminated and env.unwrapped.frontend.session.options == {}  # the first item's option is gone
+    assert env.unwrapped.frontend.session.reward_info.n_options == 0
+
+
 def test_extract_command():
     assert extract_command("<action> search[ red  shoes ] </action>") == Command("search", "red shoes")
     assert extract_command("click[Buy Now]") == Command("click", "Buy Now")
