@@ -35,13 +35,30 @@ def test_quick_envs_and_sandbox_write_figures(tmp_path):
     assert set(data["section_seconds"]) == {"envs", "sandbox"}
 
 
-def test_learner_section_with_tiny_model(tmp_path):
+def test_learner_section_with_tiny_model(tmp_path, capsys):
     data = _run(tmp_path, "--only", "learner", "--model", "tiny")
     rows = [f for f in data["figures"] if f["section"] == "learner"]
     assert [f["unit"] for f in rows] == ["tokens/s"] * 3 + ["ratio"]
     for f in rows:
         assert f["error"] is None, f["error"]
         assert f["value"] > 0 and len(f["samples"]) == 1
+    # the section (~3 min on the default model) printed nothing between its title and its figures
+    out = capsys.readouterr().out
+    for label in ("default config (top 6 layers, bf16 autocast)", "full fine-tune, fp32"):
+        assert f"  learner: tiny, {label}: loading the learner\n" in out
+        assert f"  learner: tiny, {label}: repetition 1/1, " in out
+
+
+def test_the_trl_section_prints_a_line_per_step(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("trl")
+    from eppo_train.benchmarks import model
+
+    monkeypatch.setattr(model, "_cache", {})  # our side measured afresh, not reused from the learner test
+    data = _run(tmp_path, "--only", "trl", "--model", "tiny")
+    assert all(f["error"] is None and f["value"] > 0 for f in data["figures"]), data["figures"]
+    out = capsys.readouterr().out  # it printed nothing until its figures, for minutes on the default model
+    assert "  trl: tiny: loading TRL's GRPOTrainer\n" in out and "  trl: tiny: TRL repetition 1/1, " in out
+    assert "  trl: tiny, EPPO learner, full fine-tune fp32: repetition 1/1, " in out
 
 
 def test_failing_section_is_reported_and_others_still_run(tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, section
+from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, note, section
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,13 @@ FULL_FP32 = ("learner.train_top_layers=0", "learner.bf16_autocast_cpu=false", "m
 _cache: dict[tuple, list[float]] = {}  # (model, shape, overrides) -> tokens/s samples (the trl section reuses them)
 
 
-def measure_learner(model: str, shape: BatchShape, overrides: tuple[str, ...], reps: int) -> list[float]:
+def measure_learner(model: str, shape: BatchShape, overrides: tuple[str, ...], reps: int,
+                    section: str = "learner", label: str = "") -> list[float]:
     """Tokens (prompt + completion, every row) per second of `Learner.train_step`, one value per repetition.
 
-    The first step is run untimed (allocator and optimizer-state warm-up), as TRL's is in trl_ref.py.
+    The first step is run untimed (allocator and optimizer-state warm-up), as TRL's is in trl_ref.py. A progress
+    line (under `section`, naming `label`) at the load and after every step: on the default model a section is
+    minutes that printed nothing until its figures.
     """
     key = (model, shape, overrides, reps)
     if key in _cache:
@@ -70,16 +73,20 @@ def measure_learner(model: str, shape: BatchShape, overrides: tuple[str, ...], r
 
     from eppo_train.learner import Learner
 
+    what = f"{model}, {label}" if label else model
+    note(section, f"{what}: loading the learner")
     cfg = learner_config(model, (*overrides, f"learner.micro_batch_tokens={max(shape.tokens, 16)}"))
     learner = Learner(cfg, device="cpu")
     vocab = learner.model.config.vocab_size
     learner.train_step(synthetic_batch(shape, vocab, seed=99))
+    note(section, f"{what}: warm-up step done")
     out = []
     for rep in range(reps):
         batch = synthetic_batch(shape, vocab, seed=rep)
         t0 = time.perf_counter()
         learner.train_step(batch)
         out.append(shape.tokens / (time.perf_counter() - t0))
+        note(section, f"{what}: repetition {rep + 1}/{reps}, {out[-1]:,.0f} tokens/s")
     _cache[key] = out
     return out
 
@@ -99,7 +106,7 @@ def bench_learner(ctx: BenchContext) -> list[Figure]:
         how = (f"Learner.train_step, --config default --set model.name={model} "
                + " ".join(f"--set {o}" for o in overrides) + f"; {shape.describe()}")
         try:
-            measured[overrides] = measure_learner(model, shape, overrides, ctx.reps())
+            measured[overrides] = measure_learner(model, shape, overrides, ctx.reps(), label=label)
             rows.append(figure("learner", f"{model}: {label}", measured[overrides], "tokens/s", how,
                                tokens=shape.tokens))
         except Exception as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from eppo_train.benchmarks.common import BenchContext, Figure, figure, need_module, section
+from eppo_train.benchmarks.common import BenchContext, Figure, figure, need_module, note, section
 from eppo_train.benchmarks.model import FULL_FP32, BatchShape, measure_learner, shape_for
 
 
@@ -44,6 +44,7 @@ def measure_trl(model_name: str, shape: BatchShape, reps: int) -> list[float]:
 
     from eppo_train.policy.models import load_model, load_tokenizer
 
+    note("trl", f"{model_name}: loading TRL's GRPOTrainer")
     torch.manual_seed(0)
     model = load_model(model_name, dtype="float32")
     tokenizer = load_tokenizer(model_name)
@@ -69,7 +70,12 @@ def measure_trl(model_name: str, shape: BatchShape, reps: int) -> list[float]:
             return shape.tokens / (time.perf_counter() - t0)
 
         step(99)  # warm-up, untimed
-        return [step(rep) for rep in range(reps)]
+        note("trl", f"{model_name}: TRL warm-up step done")
+        out = []
+        for rep in range(reps):
+            out.append(step(rep))
+            note("trl", f"{model_name}: TRL repetition {rep + 1}/{reps}, {out[-1]:,.0f} tokens/s")
+        return out
 
 
 @section("trl", "learner vs TRL GRPOTrainer (same model, batch)", "3 min")
@@ -78,7 +84,7 @@ def bench_trl(ctx: BenchContext) -> list[Figure]:
     shape = shape_for(ctx)
     reps = ctx.reps()
     theirs = measure_trl(ctx.model, shape, reps)
-    ours = measure_learner(ctx.model, shape, FULL_FP32, reps)
+    ours = measure_learner(ctx.model, shape, FULL_FP32, reps, section="trl", label="EPPO learner, full fine-tune fp32")
     how = (f"{ctx.model}, full fine-tune fp32, {shape.describe()}, one update (loss+backward+clip+AdamW) on a "
            f"pre-generated batch; TRL {trl.__version__} GRPOTrainer.compute_loss vs Learner.train_step")
     ratio = [o / t for o, t in zip(sorted(ours), sorted(theirs), strict=True)]
