@@ -1,3 +1,5 @@
+import random
+import re
 import time
 
 import gymnasium as gym
@@ -46,6 +48,38 @@ def test_boxed_answers_are_found_in_time_linear_in_the_reply():
     start = time.monotonic()  # one scan from each unclosed \boxed{ to the end: 49 s on this reply
     assert parsing.extract_boxed("\\boxed{" * (parsing.MAX_PARSE_CHARS // 7)) is None
     assert time.monotonic() - start < 2.0
+
+
+def _regex_strip_think(text: str) -> str:
+    """The regex form the linear scanner replaced, kept as the reference it must equal."""
+    text = re.sub(r"<think>.*?</think>", " ", text, flags=re.DOTALL | re.IGNORECASE)
+    return re.sub(r"<think>.*\Z", " ", text, flags=re.DOTALL | re.IGNORECASE)
+
+
+def _regex_find_tags(text: str, tags: tuple[str, ...]) -> list[tuple[str, str]]:
+    body = _regex_strip_think(parsing.clip(text))
+    pattern = re.compile(rf"<({'|'.join(tags)})>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+    return [(m.group(1).lower(), m.group(2).strip()) for m in pattern.finditer(body)]
+
+
+def test_tag_scanning_equals_the_regex_form_on_random_replies():
+    pieces = ["<think>", "</think>", "<THINK>", "<answer>", "</answer>", "</Answer>", "<action>", "</action>",
+              "<python>", "</python>", "<answer", "x", "1", " ", "\n", "<", ">", "/"]
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        assert parsing.strip_think(text) == _regex_strip_think(text), text
+        for tags in (parsing.TOOL_TAGS, ("answer",), ("python", "answer")):
+            assert parsing.find_tags(text, tags) == _regex_find_tags(text, tags), (text, tags)
+
+
+@pytest.mark.parametrize("tag", ["answer", "think"])
+def test_thousands_of_unclosed_tags_are_read_in_time(tag):
+    reply = f"<{tag}>x" * (parsing.MAX_PARSE_CHARS // (len(tag) + 3))  # the regex form: seconds a search
+    start = time.monotonic()
+    for _ in range(3):  # a turn searches a reply more than once (its tags, then other tasks' tags)
+        call = parsing.parse_tool_call(reply, ["answer"])
+    assert not call.valid and time.monotonic() - start < 1.0
 
 
 def test_clip_handles_bytes_none_and_huge():

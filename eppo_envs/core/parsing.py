@@ -7,6 +7,7 @@ code answers come in a fenced python block. Parsing never raises: a malformed tu
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,8 +16,7 @@ TOOL_TAGS: tuple[str, ...] = ("action", "search", "python", "answer")
 # Text longer than this is clipped before any regex runs, so a hostile 10 MB reply costs nothing.
 MAX_PARSE_CHARS = 65_536
 
-_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_UNCLOSED_THINK_RE = re.compile(r"<think>.*\Z", re.DOTALL | re.IGNORECASE)
+_THINK_MARK_RE = re.compile(r"<(/?)(think)>", re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _BOXED_RE = re.compile(r"\\boxed\s*\{")
 
@@ -43,18 +43,46 @@ def clip(text: object) -> str:
     return text[:MAX_PARSE_CHARS].replace("\x00", "")
 
 
+def _spans(marks: list[re.Match[str]]) -> list[tuple[re.Match[str], re.Match[str] | None]]:
+    """Pair each opening mark with the first closing mark of its tag after it, left to right, as the regex
+    `<(t)>(.*?)</\\1>` under `finditer` does: a matched pair resumes the scan after its close; an opening mark with
+    no close after it pairs with None. Marks come from one `<(/?)(tags)>` scan, so this is linear in the text (the
+    regex itself scanned to the end from every unclosed tag: seconds on a reply of thousands of them)."""
+    closes: dict[str, list[int]] = {}  # tag -> positions (in `marks`) of its closing marks, ascending
+    for i, m in enumerate(marks):
+        if m.group(1):
+            closes.setdefault(m.group(2).lower(), []).append(i)
+    spans: list[tuple[re.Match[str], re.Match[str] | None]] = []
+    resume_at = 0
+    for i, m in enumerate(marks):
+        if m.group(1) or m.start() < resume_at:
+            continue
+        after = closes.get(m.group(2).lower(), [])
+        k = bisect.bisect_right(after, i)
+        close = marks[after[k]] if k < len(after) else None
+        spans.append((m, close))
+        if close is not None:
+            resume_at = close.end()
+    return spans
+
+
 def strip_think(text: str) -> str:
     """Drop `<think>` blocks; an unclosed `<think>` swallows the rest of the turn (it never ended its reasoning)."""
-    text = _THINK_RE.sub(" ", text)
-    return _UNCLOSED_THINK_RE.sub(" ", text)
+    pieces, pos = [], 0
+    for start, close in _spans(list(_THINK_MARK_RE.finditer(text))):
+        if start.start() < pos:
+            continue  # inside the unclosed block that already swallowed the rest
+        pieces += [text[pos : start.start()], " "]
+        pos = close.end() if close is not None else len(text)
+    return "".join([*pieces, text[pos:]])
 
 
 def find_tags(text: str, tags: Sequence[str] = TOOL_TAGS) -> list[tuple[str, str]]:
     """All complete `<tag>content</tag>` pairs, in order of appearance, outside `<think>` blocks."""
     body = strip_think(clip(text))
-    alternatives = "|".join(map(re.escape, tags))
-    pattern = re.compile(rf"<({alternatives})>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
-    return [(m.group(1).lower(), m.group(2).strip()) for m in pattern.finditer(body)]
+    marks = list(re.finditer(rf"<(/?)({'|'.join(map(re.escape, tags))})>", body, re.IGNORECASE))
+    return [(m.group(2).lower(), body[m.end() : close.start()].strip())
+            for m, close in _spans(marks) if close is not None]
 
 
 def format_hint(tags: Sequence[str]) -> str:
