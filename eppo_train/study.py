@@ -250,7 +250,9 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         finally:
             if engine is not None:
                 engine.close()
-            progress.done(paths.results)  # also stops its heartbeat thread
+            progress.stop()  # its heartbeat thread
+        # not in the `finally`: an interrupted or failed study is not "finished"
+        progress.done(paths.results)
     else:
         say("study: every run is done; rebuilding the report from the result files")
     return write_report(paths.results, paths.report)

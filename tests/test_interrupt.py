@@ -204,6 +204,28 @@ def test_ctrl_c_during_a_bench_section(tmp_path: Path):
     assert "Traceback" not in cmd.err and not out.exists()
 
 
+def test_ctrl_c_during_the_study_then_the_done_run_is_kept(tmp_path: Path):
+    """make experiment-quick: Ctrl-C during its second run printed '[  1m14s] finished: <results>' above the
+    interrupt line (the progress display's closing line ran in a `finally`); now the interrupt line is the only one
+    after the signal, and a second invocation skips the run that had finished."""
+    tiny = ["sft.steps=0", "run.save_every=1", "evaluation.episodes=2", "env.tasks.0.problems=1",
+            "env.tasks.1.problems=1", "rollout.group_size=2", "rollout.max_new_tokens=6", "run.iterations=2"]
+    args = ["eppo_train.cli", "study", "--quick", "--seeds", "1", "--out", str(tmp_path / "study"),
+            *(a for o in tiny for a in ("--set", o))]
+    cmd = Command([*args, "--algos", "grpo,eppo"], tmp_path)
+    cmd.wait_for(lambda: "stage 4/4 eppo-seed0" in cmd.err, timeout=HUNG_S)  # grpo-seed0 has its result file
+    before = len(cmd.err)
+    rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
+    after = [s for s in cmd.err[before:].replace("\r", "\n").splitlines() if s.strip()]
+    assert rc == 130 and not survivors, (cmd.err[-3000:], cmd.leftovers)
+    assert re.fullmatch(r"eppo-train: interrupted at stage 4/4 eppo-seed0(, .*)?; run the same command again: "
+                        r"eppo-train study --quick .*", line), line
+    assert "Traceback" not in cmd.err and not any("finished:" in s for s in after), after
+    again = _finish([*args, "--algos", "grpo"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "study: 1/1 runs done (grpo-seed0)" in again.stdout and "every run is done" in again.stdout
+
+
 def _guarded(tmp_path: Path, body: str) -> subprocess.Popen:
     """A script running `body` (indented, with `time` and `logging` imported) inside guard('prog', ...), started
     and ready: its stdout said so."""
