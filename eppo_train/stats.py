@@ -56,7 +56,8 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # exact in theory, not in floating point: 4 of 4 gave an upper bound of 0.9999999999999999, below its own rate
+    return max(0.0, min(centre - half, p)), min(1.0, max(centre + half, p))
 
 
 def _percentile(means: np.ndarray, level: float) -> tuple[float, float]:

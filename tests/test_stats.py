@@ -18,6 +18,14 @@ from eppo_train.stats import (
 )
 
 
+def test_wilson_holds_its_own_rate_at_every_count():
+    # 4 of 4 gave (0.51, 0.9999999999999999): an interval that excludes the observed rate
+    for n in range(1, 130):
+        for k in range(n + 1):
+            lo, hi = wilson(k, n)
+            assert 0.0 <= lo <= k / n <= hi <= 1.0, (k, n)
+
+
 def test_wilson_at_0_half_and_all_of_64():
     # 0/64: the upper bound is (z²/n) / (1 + z²/n) = 0.060023 / 1.060023
     assert wilson(0, 64) == (0.0, pytest.approx(0.056624, abs=1e-6))
