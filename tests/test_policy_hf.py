@@ -126,3 +126,22 @@ def test_sampler_draws_from_the_processed_distribution():
     freq = torch.bincount(tokens, minlength=4).float() / 20_000
     assert torch.allclose(freq, probs, atol=0.02) and freq[3] == 0
     assert torch.allclose(sampler.logprobs(20_000)[:, 0], probs.log()[tokens])
+
+
+def test_loading_and_saving_a_model_draw_no_progress_bars(tmp_path):
+    """transformers 5 drew a 'Loading weights' bar at every load and a 'Writing model shards' bar at every save, in
+    among the run's progress lines (make experiment-quick: two per iteration); HF_HUB_DISABLE_PROGRESS_BARS=0 keeps
+    them for whoever wants them. A fresh process: the switch is process-wide."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom eppo_train.policy.models import load_model\n"
+              "load_model('tiny').save_pretrained(sys.argv[1])\n")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    quiet = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a")], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]
+    asked = subprocess.run([sys.executable, "-c", script, str(tmp_path / "b")], capture_output=True, text=True,
+                           env={**env, "HF_HUB_DISABLE_PROGRESS_BARS": "0"}, timeout=120)
+    assert "Loading weights" in asked.stderr and "Writing model shards" in asked.stderr

@@ -147,12 +147,24 @@ def load_tokenizer(path_or_name: str | os.PathLike[str]):
     return tokenizer
 
 
+def _no_weight_bars() -> None:
+    """transformers (5.x) draws a "Loading weights" bar at every model load and a "Writing model shards" bar at every
+    save: two lines (with carriage returns) among a run's progress lines at each SFT step save, checkpoint and
+    evaluation load (seen in make experiment-quick, eppo-train, eppo-eval and make bench); vLLM's loads are quiet
+    already (use_tqdm_on_load=False). HF_HUB_DISABLE_PROGRESS_BARS, when set, is the user's choice and is kept."""
+    if "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu"):
     """A causal LM in eval mode on `device`, weights in `dtype` ("float32", "bfloat16" or "auto": precision.py)."""
     _offline()
     import torch
     from transformers import AutoModelForCausalLM
 
+    _no_weight_bars()
     dtype = resolve_dtype(dtype, device)
     torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
