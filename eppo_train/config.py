@@ -184,8 +184,8 @@ class RunConfig:
     keep_checkpoints: int = 2
     tensorboard: bool = True
     plots: bool = True
-    # only 0: the trainer never evaluates mid-run (the pipeline evaluates between its stages; `eppo-eval` any
-    # checkpoint); a value that would do nothing is refused rather than ignored
+    # N > 0: the fixed evaluation set (`evaluation`, greedy) before the first iteration and after every N-th and the
+    # last, into `evals/step_NNNNNN.json` and the metrics (`eval_success`); 0: none (the pipeline evaluates its stages)
     eval_every: int = 0
     overwrite: bool = False  # start afresh in an existing run directory (else: an error, or --resume)
 
@@ -381,8 +381,8 @@ def validate(cfg: Config) -> None:
     need(cfg.env.num_workers >= 0, f"env.num_workers: must be >= 0, got {cfg.env.num_workers}")
     need(cfg.run.save_every >= 1, f"run.save_every: must be >= 1, got {cfg.run.save_every}")
     need(cfg.run.keep_checkpoints >= 1, f"run.keep_checkpoints: must be >= 1, got {cfg.run.keep_checkpoints}")
-    need(cfg.run.eval_every == 0, f"run.eval_every: only 0 (no evaluation during training; evaluate a checkpoint "
-                                  f"with eppo-eval, or use eppo-train pipeline), got {cfg.run.eval_every}")
+    need(cfg.run.eval_every >= 0, f"run.eval_every: must be >= 0 (0: no evaluation during training), got "
+                                  f"{cfg.run.eval_every}")
     need(cfg.learner.max_grad_norm > 0, f"learner.max_grad_norm: must be > 0, got {cfg.learner.max_grad_norm}")
     need(cfg.learner.weight_decay >= 0, f"learner.weight_decay: must be >= 0, got {cfg.learner.weight_decay}")
     need(len(cfg.learner.betas) == 2 and all(0 <= b < 1 for b in cfg.learner.betas),

@@ -104,7 +104,7 @@ def measure_eval(cfg: Config, temperatures: list[float],
     (task, temperature), `groups` counting instances, `signal` the share whose samples both won and lost."""
     from eppo_train.actors import engine_spec
     from eppo_train.evaluation import by_instance, evaluate
-    from eppo_train.pipeline import eval_specs
+    from eppo_train.fixed_eval import eval_specs
     from eppo_train.policy.engine import make_engine
     from eppo_train.stats import episode_stats
     from eppo_train.tasks import prepare_tasks

@@ -9,8 +9,8 @@
                                       intervals and paired bootstrap intervals of SFT − base and RL − SFT
 
 Every stage reuses the project's one implementation of its job: demos and RL rollouts go through
-`rollout.run_rollout`, evaluation through `evaluation.evaluate` (seeds 0..N-1 of each task's evaluation split, greedy),
-RL through `trainer.Trainer`. A stage's result is recorded only when it has finished, so a killed run resumes at
+`rollout.run_rollout`, evaluation through `fixed_eval.evaluate_set` (seeds 0..N-1 of each task's evaluation split,
+greedy), RL through `trainer.Trainer`. A stage's result is recorded only when it has finished, so a killed run resumes at
 the first unfinished stage (RL from its latest checkpoint).
 """
 
@@ -23,31 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from eppo_train.config import Config, save_config
-from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
 from eppo_train.files import write_json_atomic
+from eppo_train.fixed_eval import eval_specs, evaluate_set
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.engine import SharedEngine
 from eppo_train.progress import Progress, RLWatcher
-from eppo_train.tasks import reply_tokens
 from eppo_train.ticks import listen
 
 STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
 STAGE_TITLES = {"eval_base": "before SFT", "eval_sft": "after SFT", "eval_rl": "after RL"}
 
 
-# ---------------------------------------------------------------------------- evaluation (evaluation.evaluate)
-def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:
-    """The fixed evaluation set as specs, one per split in use, each with the task slots it covers."""
-    ev = cfg.evaluation
-    by_split: dict[str | None, list] = {}
-    for s in slots:
-        by_split.setdefault(ev.split.get(s.label), []).append(s)
-    return [(EvalSpec([s.env_id for s in group], ev.episodes, split, ev.max_turns or cfg.rollout.max_turns,
-                      ev.max_new_tokens or cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens,
-                      batch_size=ev.batch_size, reply_tokens=reply_tokens(group)), group)
-            for split, group in by_split.items()]
-
-
+# ---------------------------------------------------------------------------- evaluation (fixed_eval)
 def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None,
                    engine: SharedEngine | None = None) -> dict[str, Any]:
     """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split (on `engine` when
@@ -55,34 +42,22 @@ def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = N
     from eppo_train.policy.agents import PolicyAgent
     from eppo_train.policy.factory import PolicyOptions, make_policy
 
-    specs = eval_specs(cfg, slots)
-    params = SamplingParams(specs[0][0].max_new_tokens, 0.0, 1.0, 0)
+    params = SamplingParams(eval_specs(cfg, slots)[0][0].max_new_tokens, 0.0, 1.0, 0)
     if engine is not None:
         agent = PolicyAgent(engine.serving(model), params)
     else:
         agent = make_policy(model, cfg.model.backend, PolicyOptions(
             dtype=cfg.model.generator_dtype, batch_size=cfg.evaluation.batch_size, params=params,
             max_model_len=max(cfg.rollout.max_total_tokens, 256)))
-    total = sum(len(spec.tasks) * spec.episodes for spec, _ in specs)
-    tasks: dict[str, Any] = {}
-    seconds, before, tokens = 0.0, 0, 0
-    try:
-        for spec, group in specs:
-            def report_progress(p: EvalProgress, before: int = before, spent: float = seconds,
-                                made: int = tokens) -> None:
-                if progress is not None:  # totals over every spec of the stage, for a stage ETA
-                    progress.episodes("episodes", before + p.done, total, made + p.tokens, spent + p.seconds,
-                                      stage_eta=True)
 
-            report = evaluate(spec, agent, model, report_progress)
-            seconds += report.timing["wall_seconds"]
-            before += len(spec.tasks) * spec.episodes
-            tokens += report.tokens_generated
-            for s in group:
-                tasks[s.label] = {**report.tasks[s.env_id], "env_id": s.env_id, "split": spec.split or "eval_split"}
+    def on_progress(done: int, total: int, tokens: int, seconds: float) -> None:
+        if progress is not None:
+            progress.episodes("episodes", done, total, tokens, seconds, stage_eta=True)
+
+    try:
+        return evaluate_set(cfg, slots, agent, model, on_progress)
     finally:
         agent.policy.close()
-    return {"model": model, "episodes_per_task": cfg.evaluation.episodes, "tasks": tasks, "seconds": seconds}
 
 
 # ---------------------------------------------------------------------------- the stages

@@ -5,10 +5,13 @@ entropy.png   per-task token entropy H_k (thin) and its EMA H^_k (thick); crosso
 success.png   per-task success rate and mean reward
 clip_bounds.png  per-task eps_low / eps_high over time (the EPPO schedule), crossovers marked
 throughput.png   rollout and learner tokens/s, env time share
+eval.png      with `run.eval_every`: per-task greedy success on the fixed evaluation set with 95% Wilson intervals, and
+              its mean over tasks, from step 0 (before the first update)
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from eppo_train.metrics import read_metrics
@@ -88,12 +91,32 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     a1.legend(fontsize=8)
     a2.set(xlabel="step", ylabel="share", title="Env time share of the rollout", ylim=(0, 1))
     written.append(_save(fig, out / "throughput.png"))
+
+    evals = [json.loads(p.read_text()) for p in sorted((run_dir / "evals").glob("step_*.json"))]
+    if evals:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        steps = [e["step"] for e in evals]
+        for t in sorted(evals[-1]["tasks"]):
+            rows = [e["tasks"][t] for e in evals]
+            ys = [r["success"] for r in rows]
+            err = [[y - r["success_ci95"][0] for y, r in zip(ys, rows, strict=True)],
+                   [r["success_ci95"][1] - y for y, r in zip(ys, rows, strict=True)]]
+            ax.errorbar(steps, ys, yerr=err, color=colors.get(t), marker="o", markersize=3, capsize=3, label=t)
+        mean = [sum(r["success"] for r in e["tasks"].values()) / len(e["tasks"]) for e in evals]
+        ax.plot(steps, mean, color="black", linewidth=2.2, marker="s", label="mean over tasks")
+        ax.set(xlabel="step", ylabel="greedy success", ylim=(-0.05, 1.05),
+               title=f"Fixed evaluation set ({evals[-1]['episodes_per_task']} episodes a task, 95% Wilson intervals)")
+        ax.legend(fontsize=8)
+        written.append(_save(fig, out / "eval.png"))
     return written
 
 
 def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
+    for ax in fig.axes:  # every x axis here counts iterations: no tick at step 0.5
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

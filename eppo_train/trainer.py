@@ -2,7 +2,9 @@
 
 Writes `runs/<name>/`: `config.yaml` (the resolved config), `metrics.jsonl`, `tb/` (TensorBoard), `plots/*.png`,
 `checkpoints/step_NNNNNN/` (model as a transformers folder + tokenizer, `learner.pt` with optimizer, pacer and RNG
-state, `trainer.json` with the step and the metrics offset) and `latest` (the newest checkpoint's name).
+state, `trainer.json` with the step and the metrics offset), `latest` (the newest checkpoint's name) and, with
+`run.eval_every` = N > 0, `evals/step_NNNNNN.json`: the fixed evaluation set (`cfg.evaluation`, greedy) before the
+first iteration and after every N-th and the last, its per-task success also in that iteration's metrics.
 `train(cfg, resume=True)` continues from `latest`: the same step counter, pacer state and metrics. The trainer
 trains from `cfg.model.name` as given; the SFT warm start is a stage before it (`sft.warm_start`, run by the CLI
 and the pipeline), so the config a run saves is the config it was given.
@@ -142,6 +144,8 @@ class Trainer:
             if start > 0:
                 workers.load(self._latest())
             workers.sync_weights()
+            if cfg.run.eval_every and start == 0:
+                self._evaluate(workers.policy, 0)  # the start point of the curve (a resume has it already)
             if cfg.ray.enabled:  # where each actor runs; the start-up transfers are not an iteration's traffic
                 (self.run_dir / "placement.json").write_text(json.dumps(placement(pool, workers), indent=1))
                 network_metrics(pool, workers)
@@ -211,10 +215,34 @@ class Trainer:
             **(report.metrics if report is not None else {}),
             **network_metrics(pool, workers),
         }
+        step = it + 1
+        if cfg.run.eval_every and (step % cfg.run.eval_every == 0 or step == cfg.run.iterations):
+            evaluated = self._evaluate(workers.policy, step)
+            for t, values in evaluated["tasks"].items():
+                tasks.setdefault(t, {}).update(values)
+            scalars.update(eval_success=evaluated["success"], eval_time_s=evaluated["seconds"])
         events = {}
         if report is not None and report.pace is not None:
             events = {"crossovers": [list(p) for p in report.pace.crossovers], "spikes": list(report.pace.spikes)}
-        return metrics.log(it + 1, scalars, tasks, events)
+        return metrics.log(step, scalars, tasks, events)
+
+    def _evaluate(self, policy, step: int) -> dict:  # noqa: ANN001 (the generator's PolicyBackend)
+        """Greedy evaluation of the policy as it stands after `step` iterations on the fixed set; the report (with
+        each instance's outcome: any two steps compare paired) goes to `evals/step_NNNNNN.json`. Returns the mean
+        success over tasks, the seconds it took and per task `eval_success` (with its Wilson interval as
+        `eval_success_low`/`_high`) and `eval_reward`, for the iteration's metrics."""
+        from eppo_train.fixed_eval import evaluate_set
+
+        report = evaluate_set(self.cfg, self.slots, policy, f"{self.run_dir.name} step {step}")
+        write_json_atomic(self.run_dir / "evals" / f"step_{step:06d}.json", {"step": step, **report})
+        tasks = {t: {"eval_success": r["success"], "eval_success_low": r["success_ci95"][0],
+                     "eval_success_high": r["success_ci95"][1], "eval_reward": r["mean_reward"]}
+                 for t, r in report["tasks"].items()}
+        success = sum(v["eval_success"] for v in tasks.values()) / max(len(tasks), 1)
+        print(f"evaluation after {step} iteration(s): mean success {success:.3f} ("
+              + ", ".join(f"{t} {v['eval_success']:.2f}" for t, v in tasks.items())
+              + f"; {self.cfg.evaluation.episodes} episodes a task, {report['seconds']:.0f} s)", flush=True)
+        return {"tasks": tasks, "success": success, "seconds": report["seconds"]}
 
 
 def train(cfg: Config, resume: bool = False) -> Path:

@@ -116,9 +116,8 @@ def test_a_bad_split_is_one_line_before_the_run(override, words):
     assert words in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_eval_every_is_refused_rather_than_ignored():
-    # run.eval_every=5 was accepted and did nothing: no code read it, while its comment promised periodic evaluation
-    assert load_config("tiny", ["run.eval_every=0"]).run.eval_every == 0
+def test_a_negative_eval_every_is_one_line():
+    assert load_config("tiny", ["run.eval_every=2"]).run.eval_every == 2
     with pytest.raises(ConfigError) as exc:
-        load_config("tiny", ["run.eval_every=5"])
-    assert str(exc.value).startswith("run.eval_every: only 0") and "\n" not in str(exc.value)
+        load_config("tiny", ["run.eval_every=-1"])
+    assert str(exc.value).startswith("run.eval_every: must be >= 0") and "\n" not in str(exc.value)

@@ -133,7 +133,7 @@ def test_measure_eval_counts_signal_and_rescue_by_hand(monkeypatch):
         return SimpleNamespace(episodes=episodes, tokens_generated=0, timing={"wall_seconds": 1.0})
 
     _no_model(monkeypatch)
-    monkeypatch.setattr("eppo_train.pipeline.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
+    monkeypatch.setattr("eppo_train.fixed_eval.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
     monkeypatch.setattr("eppo_train.evaluation.evaluate", evaluate)
     cfg = load_config("tiny", ["rollout.group_size=3"])
     assert measure_eval(cfg, [1.0], progress=lambda _: None) == [_EXPECTED]
