@@ -303,3 +303,19 @@ def test_session_leaves_nothing_running(box):
         assert processes_with(marker)  # the daemon runs while the session is open
     assert processes_with(marker) == []
     assert_still_works(box)
+
+
+def test_bubblewrap_carries_the_watchdogs_marker_and_the_snippet_does_not(box, monkeypatch):
+    # an owner killed while bwrap starts can leave the sandbox's pid 1 waiting forever; the owner's watchdog
+    # (eppo_train.reaper) finds what it must end by this marker in a process's environment
+    from eppo_envs.tools.sandbox.backends import OWNER_TAG_ENV
+    from eppo_train.reaper import TAG_ENV
+
+    assert OWNER_TAG_ENV == TAG_ENV
+    monkeypatch.setenv(TAG_ENV, "eppo-test-marker")
+    code = "import os, sys\nos.write(int(sys.argv[2]), repr(sorted(os.environ)).encode() + b'\\n')\nimport time\ntime.sleep(30)"
+    with box.open(code) as session:
+        snippet_env = session.receive(5.0).decode()
+        bwrap_env = Path(f"/proc/{session.proc.pid}/environ").read_bytes().split(b"\0")
+    assert b"EPPO_OWNER_TAG=eppo-test-marker" in bwrap_env
+    assert "EPPO_OWNER_TAG" not in snippet_env and "PATH" in snippet_env

@@ -59,6 +59,21 @@ def sandbox_env(workdir: str, pythonpath: str) -> dict[str, str]:
     }
 
 
+# The process watchdog's marker (eppo_train/reaper.py's TAG_ENV). bubblewrap itself keeps it (its --clearenv gives
+# the snippet none of it), so a bwrap left behind by an owner killed during its start-up is found and ended by the
+# owner's watchdog: the parent-death signal can end the outer bwrap before the inner one (pid 1 of the sandbox) has
+# asked for its own, which then waits for the outer one forever (seen once among many killed owners).
+OWNER_TAG_ENV = "EPPO_OWNER_TAG"
+
+
+def launcher_env() -> dict[str, str]:
+    """bubblewrap's own environment: a plain PATH, and the owner's watchdog marker where it has one."""
+    env = {"PATH": "/usr/bin:/bin"}
+    if os.environ.get(OWNER_TAG_ENV):
+        env[OWNER_TAG_ENV] = os.environ[OWNER_TAG_ENV]
+    return env
+
+
 @dataclass
 class Launch:
     """A prepared command; `cleanup` runs after the process is gone."""
@@ -149,7 +164,7 @@ class BwrapBackend:
             argv += [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                      "--bounding-set=-all", "--"]
         argv += [self.layout.executable, "-s", "-B", SCRIPT, *args]
-        return Launch(argv, pass_fds=(fd, info_write), info_fd=info_read)
+        return Launch(argv, pass_fds=(fd, info_write), env=launcher_env(), info_fd=info_read)
 
     def probe(self) -> str | None:
         """Run `true`-like Python once; return an error message when bubblewrap cannot work here."""
