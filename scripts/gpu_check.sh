@@ -26,7 +26,9 @@ if [[ -d "$BUNDLE/cache" ]]; then
   cp -r "$BUNDLE/cache/." "$CACHE/"
   export EPPO_CACHE_DIR="$CACHE"
 fi
-cleanup() { [[ -n "$CACHE" ]] && rm -rf "$CACHE"; }
+# an `if`, not `[[ ... ]] && rm`: without a bundle the test is false, and as the EXIT trap's last status it
+# became the script's exit code (1 after "passed")
+cleanup() { if [[ -n "$CACHE" ]]; then rm -rf "$CACHE"; fi; }
 trap cleanup EXIT
 
 "$PY" -c 'import torch, transformers' 2>/dev/null || { echo "gpu_check: torch and transformers must be importable by $PY"; exit 2; }

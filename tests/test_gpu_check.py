@@ -53,3 +53,13 @@ def test_gpu_check_cpu_dry_run_with_the_bundle(tmp_path):
     assert report["learner"]["tokens_per_s"] > 0 and report["learner"]["loss_finite"]
     assert report["generation"]["new_tokens"] > 0 and report["train"]["ok"] and report["train"]["iterations"] == 1
     assert not (tmp_path / "nocache").exists()  # the tiny model came from the bundle, not a cache on this machine
+
+
+def test_gpu_check_without_a_bundle_exits_0_when_it_passes(tmp_path):
+    # `make gpu-check ARGS=--cpu` here, where the venv has everything and no bundle was built: it printed
+    # "gpu_check: passed" and exited 1 (the EXIT trap's `[[ -n "" ]] && rm` set the status)
+    env = {**os.environ, "PYTHON": sys.executable, "EPPO_GPU_BUNDLE": str(tmp_path / "no-bundle")}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", "--skip-train"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert "gpu_check: passed" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0
