@@ -6,6 +6,9 @@ Timings are never asserted (the machine is shared); only that figures exist, are
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -26,7 +29,12 @@ def test_quick_envs_and_sandbox_write_figures(tmp_path):
     figures = {(f["section"], f["name"]): f for f in data["figures"]}
     guess = figures[("envs", "example/GuessNumber-v0 expert")]
     assert guess["error"] is None and guess["value"] > 0 and guess["unit"] == "steps/s"
-    assert guess["how"].startswith("eppo-envs expert example/GuessNumber-v0")
+    # the command reruns as written: it said `eppo-envs expert example/GuessNumber-v0 ...`, which a plain eppo-envs
+    # refuses ("no task"), the example being registered only by importing its module
+    assert guess["how"].startswith("eppo-envs --import eppo_envs.example.guess_number expert example/GuessNumber-v0")
+    rerun = subprocess.run([sys.executable, "-m", "eppo_envs.cli", *shlex.split(guess["how"])[1:]],
+                           capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0 and "success 100.0%" in rerun.stdout, rerun.stderr[-2000:]
     assert guess["extra"]["success"] == 1.0  # the expert wins
     sandbox = [f for f in data["figures"] if f["section"] == "sandbox"]
     assert {f["name"] for f in sandbox} >= {"trivial snippet, 1 worker(s)", "100ms snippet, 2 worker(s)"}
