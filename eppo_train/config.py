@@ -54,7 +54,7 @@ class TaskConfig:
 @dataclass
 class EnvConfig:
     tasks: list[TaskConfig] = field(default_factory=lambda: [TaskConfig(id="example/GuessNumber-v0")])
-    imports: list[str] = field(default_factory=list)  # modules that register user tasks before the run
+    imports: list[str] = field(default_factory=list)  # modules that register user tasks (losses, estimators) first
     num_workers: int = 1  # env worker actors (Ray mode); instances are spread over them
 
 
@@ -248,8 +248,24 @@ def _upgrade(data: dict) -> dict:
 
 def from_dict(data: dict) -> Config:
     cfg = build(Config, _upgrade(data))
+    import_plugins(cfg)
     validate(cfg)
     return cfg
+
+
+def import_plugins(cfg: Config) -> None:
+    """Import `env.imports` before the names are checked: a module there may register a loss or an estimator
+    as well as a task, and `algo.name` / `algo.advantage` are looked up in their registries right after (also in
+    a Ray learner actor, which builds its config from plain data in a process of its own)."""
+    if not cfg.env.imports:
+        return  # eppo_envs (gymnasium) stays unimported: the learner path must import without it (gpu_check)
+    from eppo_envs.core.registry import import_tasks
+
+    for module in cfg.env.imports:
+        try:
+            import_tasks(module)
+        except ImportError as exc:
+            raise ConfigError(f"env.imports: {exc}") from None
 
 
 # ---------------------------------------------------------------- overrides, files, validation

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from eppo_train.advantages import compute_advantages
 from eppo_train.config import ConfigError, load_config
 from eppo_train.learner import Learner
 from eppo_train.records import Sample
@@ -79,3 +80,42 @@ def test_its_options_are_validated_by_its_dataclass(plugin):
         load_config("tiny", ["algo.name=grpo", "algo.options.scale=0.5"])
     with pytest.raises(ConfigError, match="algo.name: unknown loss 'nope'"):
         load_config("tiny", ["algo.name=nope"])
+
+
+ENV_IMPORTED = '''
+from dataclasses import dataclass
+
+from eppo_train.advantages import EstimatorSpec, grpo, register_estimator
+from eppo_train.losses import LossSpec, ppo_clip, register_loss
+
+
+@dataclass
+class ShiftOptions:
+    shift: float = 0.0
+
+
+def shifted(samples, scale_by_std=True, options=None):
+    return {k: v + options.shift for k, v in grpo(samples, scale_by_std).items()}
+
+
+register_loss("env_imported_clip", LossSpec(ppo_clip, 0.2, 0.2, "seq_mean"))
+register_estimator("env_imported_shift", EstimatorSpec(shifted, ShiftOptions))
+'''
+
+
+def test_a_loss_and_an_estimator_registered_by_env_imports_are_known_to_the_config(tmp_path, monkeypatch):
+    """The documented way from the command line: `--set env.imports=[mod] --set algo.name=<its loss>`. The names
+    were checked before `env.imports` was imported (only the trainer's task set-up imported it), so a loss or an
+    estimator that only a config's import registers was 'unknown loss', and `eppo-train` had no other way in."""
+    (tmp_path / "my_env_imported_algo.py").write_text(ENV_IMPORTED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_env_imported_algo", raising=False)
+    cfg = load_config("tiny", ["env.imports=[my_env_imported_algo]", "algo.name=env_imported_clip",
+                               "algo.advantage=env_imported_shift", "algo.advantage_options.shift=0.5"])
+    assert (cfg.algo.name, cfg.algo.advantage) == ("env_imported_clip", "env_imported_shift")
+    assert Learner(cfg, device="cpu").train_step(batch()).metrics["loss"] != 0.0
+    shifted = compute_advantages(batch(), cfg.algo.advantage, options=cfg.algo.advantage_options).samples
+    plain = compute_advantages(batch(), "grpo").samples
+    assert [s.advantage for s in shifted] == pytest.approx([s.advantage + 0.5 for s in plain])
+    with pytest.raises(ConfigError, match="env.imports: cannot import 'no_such_plugin_mod'"):
+        load_config("tiny", ["env.imports=[no_such_plugin_mod]", "algo.name=env_imported_clip"])
