@@ -62,7 +62,7 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
 
     import torch
 
-    hint = "choose transformers generation with --set model.backend=hf (or --backend hf)"
+    hint = "choose transformers generation with --set model.backend=hf (eppo-train) or --backend hf (eppo-eval)"
     if importlib.util.find_spec("vllm") is None:  # found without importing it (the engine's process imports it)
         raise EngineError(f"vLLM is not installed (no module named 'vllm'); run make install, or {hint}")
     from eppo_train.policy.hosted import HostedVLLMPolicy
