@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eppo_train.records import Sample
-from eppo_train.typed import Registry
+from eppo_train.typed import Registry, check_entry
 
 EPS = 1e-6
 
@@ -141,7 +141,13 @@ class EstimatorSpec:
     options: type | None = None  # the dataclass of its `algo.advantage_options` (None: it takes none)
 
 
-ESTIMATORS: Registry[EstimatorSpec] = Registry("estimator", "algo.advantage", "algo.advantage_options")
+def _check_estimator(name: str, spec: EstimatorSpec) -> None:
+    """An estimator that cannot be called the way compute_advantages calls it is one line when it registers."""
+    check_entry(spec, EstimatorSpec, f"register_estimator({name!r}, ...)", "fn", 1, ("scale_by_std", "options"))
+
+
+ESTIMATORS: Registry[EstimatorSpec] = Registry("estimator", "algo.advantage", "algo.advantage_options",
+                                               check=_check_estimator)
 register_estimator = ESTIMATORS.register  # (name, EstimatorSpec): selectable as algo.advantage=<name>
 estimator_options = ESTIMATORS.options  # (name, algo.advantage_options) -> the estimator's options dataclass
 

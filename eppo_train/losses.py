@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from eppo_train.typed import Registry
+from eppo_train.typed import ConfigError, Registry, check_entry
 
 
 @dataclass
@@ -142,7 +142,38 @@ class LossSpec:
     options: type | None = None  # the dataclass of its `algo.options` (None: it takes none)
 
 
-LOSSES: Registry[LossSpec] = Registry("loss", "algo.name", "algo.options")
+def token_weights(mask: Tensor, agg: str, total_tokens: float, total_seqs: float) -> Tensor:
+    """Per-token weights so that sum(weights * per_token) over every micro-batch is the batch's loss.
+
+    token_mean: each token 1 / (tokens in the batch). seq_mean: each token 1 / (its sequence's tokens x sequences).
+    """
+    if agg == "token_mean":
+        return mask / max(total_tokens, 1.0)
+    if agg == "seq_mean":
+        return mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0) / max(total_seqs, 1.0)
+    raise ValueError(f"unknown loss aggregation {agg!r} (token_mean or seq_mean)")
+
+
+def aggregate(out: LossOutput, weights: Tensor) -> Tensor:
+    return (out.per_token * weights).sum()
+
+
+def _check_loss(name: str, spec: LossSpec) -> None:
+    """A loss that cannot run is one line when it registers: the function takes one LossInputs, the bounds are
+    in (0, 1), the aggregation is one `token_weights` knows."""
+    form = f"register_loss({name!r}, ...)"
+    check_entry(spec, LossSpec, form, "fn", 1)
+    for bound in ("eps_low", "eps_high"):
+        value = getattr(spec, bound)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+            raise ConfigError(f"{form}: LossSpec.{bound} must be a number in (0, 1), got {value!r}")
+    try:  # the aggregations are token_weights' branches (config.LOSS_AGGS names them; this module cannot import it)
+        token_weights(torch.ones(1, 1), spec.agg, 1.0, 1.0)
+    except ValueError as exc:
+        raise ConfigError(f"{form}: LossSpec.agg: {exc}") from None
+
+
+LOSSES: Registry[LossSpec] = Registry("loss", "algo.name", "algo.options", check=_check_loss)
 register_loss = LOSSES.register  # (name, LossSpec): selectable as algo.name=<name>, options as algo.options.<field>
 loss_options = LOSSES.options  # (name, algo.options) -> the loss's options dataclass; ConfigError names a bad key
 
@@ -155,19 +186,3 @@ register_loss("clip_cov", LossSpec(clip_cov, 0.2, 0.28, "token_mean", options=Cl
                                    description="detach random high-covariance tokens"))
 register_loss("kl_cov", LossSpec(kl_cov, 0.2, 0.28, "token_mean", options=KlCovOptions,
                                  description="KL penalty on top-k covariance tokens"))
-
-
-def token_weights(mask: Tensor, agg: str, total_tokens: float, total_seqs: float) -> Tensor:
-    """Per-token weights so that sum(weights * per_token) over every micro-batch is the batch's loss.
-
-    token_mean: each token 1 / (tokens in the batch). seq_mean: each token 1 / (its sequence's tokens x sequences).
-    """
-    if agg == "token_mean":
-        return mask / max(total_tokens, 1.0)
-    if agg == "seq_mean":
-        return mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0) / max(total_seqs, 1.0)
-    raise ValueError(f"unknown loss aggregation {agg!r}")
-
-
-def aggregate(out: LossOutput, weights: Tensor) -> Tensor:
-    return (out.per_token * weights).sum()

@@ -9,9 +9,10 @@ own options dataclass are built with it. `Registry` is a name -> entry table (lo
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -89,18 +90,25 @@ def build(cls: type, data: dict, prefix: str = "") -> Any:
 
 
 class Registry(Generic[T]):
-    """Entries by name: `register(name, entry)` adds one, `get(name)` raises `ConfigError` naming `key`, and
-    `options(name, data)` builds the entry's own options dataclass (its `options` attribute) from `data`."""
+    """Entries by name: `register(name, entry)` adds one (after `check(name, entry)`, which raises `ConfigError`
+    for an entry that cannot work), `get(name)` raises `ConfigError` naming `key`, and `options(name, data)` builds
+    the entry's own options dataclass (its `options` attribute) from `data`."""
 
-    def __init__(self, kind: str, key: str, options_key: str = "") -> None:
+    def __init__(self, kind: str, key: str, options_key: str = "",
+                 check: Callable[[str, T], None] | None = None) -> None:
         self.kind, self.key = kind, key  # "loss", "algo.name": for the error message
         self.options_key = options_key  # "algo.options": where the config holds an entry's options
+        # raises ConfigError for an entry that cannot work: said at `register`, when the plugin is imported, not
+        # as a traceback from the learner after the SFT's minutes
+        self._check = check
         self._entries: dict[str, T] = {}
 
     def options(self, name: str, data: dict[str, Any]) -> Any:
         return options_of(getattr(self.get(name), "options", None), data, self.options_key)
 
     def register(self, name: str, entry: T) -> T:
+        if self._check is not None:
+            self._check(name, entry)
         self._entries[name] = entry
         return entry
 
@@ -120,6 +128,30 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def check_entry(entry: Any, spec: type, form: str, fn_field: str, args: int, kwargs: tuple[str, ...] = ()) -> None:
+    """`entry` is a `spec` whose `fn_field` can be called with `args` positional arguments and `kwargs`, and whose
+    `options` (if it has any) is a dataclass; else one line naming `form`, the call the user wrote."""
+    if not isinstance(entry, spec):
+        raise ConfigError(f"{form}: expected {spec.__name__}(...), got {type(entry).__name__}")
+    fn = getattr(entry, fn_field)
+    if not callable(fn):
+        raise ConfigError(f"{form}: {spec.__name__}.{fn_field} must be callable, got {type(fn).__name__}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(*range(args), **dict.fromkeys(kwargs))
+        except TypeError as exc:
+            called = ", ".join(["x"] * args + [f"{k}=..." for k in kwargs])
+            name = getattr(fn, "__name__", fn_field)
+            raise ConfigError(f"{form}: {name}{signature} cannot be called as {name}({called}): {exc}") from None
+    options = getattr(entry, "options", None)
+    if options is not None and not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(f"{form}: options must be a dataclass (its fields are the settings), got {options!r}")
 
 
 def options_of(cls: type | None, data: dict[str, Any], key: str) -> Any:

@@ -10,9 +10,10 @@ import textwrap
 
 import pytest
 
-from eppo_train.advantages import compute_advantages
+from eppo_train.advantages import ESTIMATORS, EstimatorSpec, compute_advantages, register_estimator
 from eppo_train.config import ConfigError, load_config
 from eppo_train.learner import Learner
+from eppo_train.losses import LOSSES, LossSpec, ppo_clip, register_loss
 from eppo_train.records import Sample
 
 PLUGIN = '''
@@ -119,3 +120,29 @@ def test_a_loss_and_an_estimator_registered_by_env_imports_are_known_to_the_conf
     assert [s.advantage for s in shifted] == pytest.approx([s.advantage + 0.5 for s in plain])
     with pytest.raises(ConfigError, match="env.imports: cannot import 'no_such_plugin_mod'"):
         load_config("tiny", ["env.imports=[no_such_plugin_mod]", "algo.name=env_imported_clip"])
+
+
+def _two_args(inp, extra):
+    return inp
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: register_loss("bad", ppo_clip), r"register_loss\('bad', \.\.\.\): expected LossSpec\(\.\.\.\), got function"),
+    (lambda: register_loss("bad", LossSpec(_two_args, 0.2, 0.2, "token_mean")),
+     r"_two_args\(inp, extra\) cannot be called as _two_args\(x\)"),
+    (lambda: register_loss("bad", LossSpec(ppo_clip, 0.2, 0.2, "mean")), "LossSpec.agg: unknown loss aggregation 'mean'"),
+    (lambda: register_loss("bad", LossSpec(ppo_clip, 0.2, 2.0, "token_mean")), r"eps_high must be a number in \(0, 1\)"),
+    (lambda: register_loss("bad", LossSpec(ppo_clip, 0.2, 0.2, "token_mean", options={"scale": 1})),
+     "options must be a dataclass"),
+    (lambda: register_estimator("bad", lambda samples, scale_by_std=True, options=None: {}),
+     r"register_estimator\('bad', \.\.\.\): expected EstimatorSpec\(\.\.\.\)"),
+    (lambda: register_estimator("bad", EstimatorSpec(lambda samples: {})), r"cannot be called as <lambda>\(x, scale_by_std"),
+])
+def test_a_loss_or_estimator_that_cannot_run_is_one_line_when_it_registers(call, message):
+    """A wrong signature or spec was accepted, then a traceback from the learner (or the advantage step) after the
+    SFT warm start and the first rollout; it is now a ConfigError, which the CLIs print as one line, raised while
+    `env.imports` imports the plugin."""
+    with pytest.raises(ConfigError, match=message) as err:
+        call()
+    assert "\n" not in str(err.value)
+    assert "bad" not in LOSSES and "bad" not in ESTIMATORS

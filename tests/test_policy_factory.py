@@ -63,3 +63,15 @@ def test_a_model_vllm_cannot_run_on_cpu_is_refused_before_the_engine_starts():
     with pytest.raises(PolicyNameError, match=r"head size 16 .*--backend hf") as err:
         make_policy("tiny", "vllm")
     assert "\n" not in str(err.value)
+
+
+def test_a_policy_kind_make_policy_cannot_call_is_one_line_when_it_registers(monkeypatch):
+    from eppo_train.config import ConfigError
+    from eppo_train.policy.factory import POLICIES, PolicyKind
+
+    monkeypatch.setattr(POLICIES, "_entries", dict(POLICIES._entries))
+    with pytest.raises(ConfigError, match=r"POLICIES.register\('mine', \.\.\.\): <lambda>\(arg\) cannot be called"):
+        POLICIES.register("mine", PolicyKind(lambda arg: RandomAgent(), "mine"))
+    with pytest.raises(ConfigError, match=r"expected PolicyKind\(\.\.\.\), got function"):
+        POLICIES.register("mine", lambda arg, backend, opts: RandomAgent())
+    assert "mine" not in POLICIES

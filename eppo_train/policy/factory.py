@@ -21,7 +21,7 @@ from pathlib import Path
 
 from eppo_train.policy.agents import Agent, ChatAgent, ExpertAgent, PolicyAgent, RandomAgent
 from eppo_train.policy.base import SamplingParams
-from eppo_train.typed import Registry
+from eppo_train.typed import Registry, check_entry
 
 BACKENDS = ("hf", "vllm")
 SHIPPED = ("default", "tiny", "smollm2")  # for the error message; models.resolve_model knows every alias
@@ -74,7 +74,12 @@ class PolicyKind:
     usage: str
 
 
-POLICIES: Registry[PolicyKind] = Registry("policy kind", "policy")
+def _check_kind(name: str, kind: PolicyKind) -> None:
+    """A kind make_policy cannot call as build(arg, backend, options) is one line when it registers."""
+    check_entry(kind, PolicyKind, f"POLICIES.register({name!r}, ...)", "build", 3)
+
+
+POLICIES: Registry[PolicyKind] = Registry("policy kind", "policy", check=_check_kind)
 
 
 def _path_kind(kind: str) -> Callable[[str, str, PolicyOptions], Agent]:
