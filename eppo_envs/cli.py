@@ -13,7 +13,7 @@ from rich.table import Table
 
 import eppo_envs
 from eppo_envs.benchmarks.experts import run_expert
-from eppo_envs.core import first_prompt
+from eppo_envs.core import TaskError, first_prompt
 from eppo_envs.core.registry import import_tasks, resolve, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
@@ -235,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _load_plugins(args.imports)
         return args.func(args)
-    except (KeyError, ValueError, ModuleNotFoundError) as exc:
-        # User errors (unknown id, bad split, missing plugin) get one line on stderr, not a traceback; plain print:
+    except (KeyError, ValueError, ModuleNotFoundError, TaskError) as exc:
+        # User errors (unknown id, bad split, missing plugin, a task's hook returning the wrong types) get one line
+        # on stderr, not a traceback; plain print:
         # rich would wrap a long line at the terminal's width.
         print(f"eppo-envs: error: {_message(exc)}", file=sys.stderr)
         return 2

@@ -1,5 +1,7 @@
 """The conformance suite itself: it must fail on envs that break the contract."""
 
+import re
+
 import pytest
 
 import eppo_envs
@@ -94,3 +96,42 @@ def test_agent_env_rejects_unknown_split():
     with pytest.raises(ValueError, match="unknown split"):
         GuessNumberEnv(split="nope")
     assert issubclass(GuessNumberEnv, AgentEnv)
+
+
+class ReturnsGymTuple(GuessNumberEnv):
+    def transition(self, text):
+        result = super().transition(text)
+        return result.observation, result.reward, result.terminated, False, result.info
+
+
+class ReturnsNumberObservation(GuessNumberEnv):
+    def transition(self, text):
+        result = super().transition(text)
+        result.observation = 7
+        return result
+
+
+class LoadsTwoValues(GuessNumberEnv):
+    def load_instance(self, split, index):
+        instruction, obs, _ = super().load_instance(split, index)
+        return instruction, obs
+
+
+@pytest.mark.parametrize("cls, message", [
+    (ReturnsGymTuple, r"ReturnsGymTuple.transition returned a tuple of 5 \(str, float, bool, bool, dict\); "
+                      r"return a StepResult"),
+    (ReturnsNumberObservation, r"ReturnsNumberObservation.transition returned StepResult\(observation=int"),
+    (LoadsTwoValues, r"LoadsTwoValues.load_instance returned a tuple of 2 \(str, str\); return \(instruction"),
+])
+def test_a_hook_returning_the_wrong_types_is_named_in_one_line(cls, message, capsys):
+    """A task whose hook returned the wrong shape failed inside the base class, as "'tuple' object has no attribute
+    'terminated'" (conformance) or that AttributeError's traceback (eppo-envs): now the hook and what to return."""
+    from eppo_envs.cli import main
+
+    env_id = _register(cls)
+    with pytest.raises(conformance.ConformanceError, match=message):
+        conformance.check_all(env_id)
+    assert main(["expert", env_id, "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert re.search(message, err)

@@ -1,6 +1,6 @@
 """The environment contract shared by every EPPO task: base class, spaces, parsing, records, registry."""
 
-from eppo_envs.core.base import AgentEnv, Instance, StepResult, first_prompt
+from eppo_envs.core.base import AgentEnv, Instance, StepResult, TaskError, first_prompt
 from eppo_envs.core.parsing import (
     ToolCall,
     extract_boxed,
@@ -19,6 +19,7 @@ __all__ = [
     "Instance",
     "Policy",
     "StepResult",
+    "TaskError",
     "TaskSpec",
     "ToolCall",
     "Turn",

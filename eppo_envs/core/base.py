@@ -7,6 +7,7 @@ the `info` keys, printable observations, and turning malformed input into an obs
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -27,6 +28,10 @@ class StepResult:
     won: bool = False
     action_valid: bool = True
     info: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskError(TypeError):
+    """A task's hook returned something the contract does not allow: one line naming the hook and what to return."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,12 @@ class AgentEnv(gym.Env[str, str]):
             index = int(seed) % count
         else:
             index = int(self.np_random.integers(count))
-        instruction, observation, extra = self.load_instance(split, index)
+        loaded = self.load_instance(split, index)
+        if not (isinstance(loaded, tuple) and len(loaded) == 3 and isinstance(loaded[0], str)
+                and isinstance(loaded[1], str) and isinstance(loaded[2], dict)):
+            raise TaskError(f"{type(self).__name__}.load_instance returned {_shape(loaded)}; return (instruction: "
+                            "str, first observation: str, extra info: dict)")
+        instruction, observation, extra = loaded
         self.instance = Instance(split, index, self.instance_id(split, index))
         info = {
             "task": self.task,
@@ -119,6 +129,15 @@ class AgentEnv(gym.Env[str, str]):
         if self._ended:  # as Gymnasium: a terminated episode takes no more steps
             raise ResetNeeded(f"{self.task}: the episode has terminated; call reset() before step()")
         result = self.transition(clip(action))
+        # said here, naming the hook: the fields were read below as "'tuple' object has no attribute 'terminated'"
+        if not isinstance(result, StepResult):
+            raise TaskError(f"{type(self).__name__}.transition returned {_shape(result)}; return a StepResult"
+                            "(observation, reward, terminated, won, action_valid, info)")
+        if not isinstance(result.observation, str) or isinstance(result.reward, bool) or not isinstance(
+                result.reward, numbers.Real) or not isinstance(result.info, dict):
+            raise TaskError(f"{type(self).__name__}.transition returned StepResult(observation="
+                            f"{type(result.observation).__name__}, reward={type(result.reward).__name__}, info="
+                            f"{type(result.info).__name__}); they must be str, float and dict")
         self._ended = bool(result.terminated)
         info = {
             "task": self.task,
@@ -144,6 +163,14 @@ class AgentEnv(gym.Env[str, str]):
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"{self.task}: unknown split {split!r}; choose one of {list(self.splits)}")
+
+
+def _shape(value: Any) -> str:
+    """`tuple of 5 (str, float, ...)`: what a hook returned, briefly, for TaskError."""
+    if isinstance(value, tuple):
+        kinds = ", ".join(type(v).__name__ for v in value[:5]) + (", ..." if len(value) > 5 else "")
+        return f"a tuple of {len(value)} ({kinds})"
+    return f"a {type(value).__name__}"
 
 
 def _as_index(value: Any, task: str) -> int:
