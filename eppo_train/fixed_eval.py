@@ -2,7 +2,7 @@
 
 One definition serves every place that scores a policy on it: the pipeline's stages, the study's runs,
 `eppo-train signal --eval` and the trainer's evaluation every `run.eval_every` iterations. The same seeds at every
-call make two results paired instance by instance (`summary.paired_diff` reads their `outcomes`).
+call make two results paired instance by instance (each task's `outcomes`, as `summary.py` pairs its stages).
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from typing import Any
 
 from eppo_train.config import Config
 from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
+from eppo_train.policy.agents import PolicyAgent
+from eppo_train.policy.base import PolicyBackend, SamplingParams
 from eppo_train.tasks import reply_tokens
+from eppo_train.ticks import EVALUATION_AGENT
 
 # (episodes done, episodes in the whole set, new tokens, seconds) over every spec of one evaluation
 SetProgress = Callable[[int, int, int, float], None]
@@ -28,6 +31,18 @@ def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:  # noqa: ANN0
                       ev.max_new_tokens or cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens,
                       batch_size=ev.batch_size, reply_tokens=reply_tokens(group)), group)
             for split, group in by_split.items()]
+
+
+def greedy_params(cfg: Config, slots) -> SamplingParams:  # noqa: ANN001 (slots as above)
+    """Greedy decoding at the evaluation's reply cap (each task's own budget caps its rows)."""
+    return SamplingParams(eval_specs(cfg, slots)[0][0].max_new_tokens, 0.0, 1.0, 0)
+
+
+def evaluation_agent(cfg: Config, slots, policy: PolicyBackend) -> PolicyAgent:  # noqa: ANN001 (slots as above)
+    """`policy` decoding greedily, named `EVALUATION_AGENT` for the progress lines of the stage it runs in."""
+    agent = PolicyAgent(policy, greedy_params(cfg, slots))
+    agent.name = EVALUATION_AGENT
+    return agent
 
 
 def evaluate_set(cfg: Config, slots, policy: Any, name: str,  # noqa: ANN001 (slots as above)

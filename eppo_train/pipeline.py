@@ -24,8 +24,7 @@ from typing import Any
 
 from eppo_train.config import Config, save_config
 from eppo_train.files import write_json_atomic
-from eppo_train.fixed_eval import eval_specs, evaluate_set
-from eppo_train.policy.base import SamplingParams
+from eppo_train.fixed_eval import evaluate_set, greedy_params
 from eppo_train.policy.engine import SharedEngine
 from eppo_train.progress import Progress, RLWatcher
 from eppo_train.ticks import listen
@@ -42,7 +41,7 @@ def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = N
     from eppo_train.policy.agents import PolicyAgent
     from eppo_train.policy.factory import PolicyOptions, make_policy
 
-    params = SamplingParams(eval_specs(cfg, slots)[0][0].max_new_tokens, 0.0, 1.0, 0)
+    params = greedy_params(cfg, slots)
     if engine is not None:
         agent = PolicyAgent(engine.serving(model), params)
     else:

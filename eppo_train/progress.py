@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eppo_train import interrupt
-from eppo_train.ticks import RolloutTick
+from eppo_train.ticks import EVALUATION_AGENT, RolloutTick
 
 
 def _fmt_s(seconds: float) -> str:
@@ -94,8 +94,9 @@ class Progress:
             if not started:
                 started.append(time.perf_counter())
                 self._last_count = None  # a new rollout: its count starts over
-            # the expert's episodes (SFT demos, an RL iteration's expert-guided groups) are named as such
-            label = f"expert {what}" if t.agent == "expert" else what
+            # the expert's episodes (SFT demos, an RL iteration's expert-guided groups) are named as such, and so
+            # are those of an evaluation inside the stage (the trainer's run.eval_every)
+            label = {"expert": f"expert {what}", EVALUATION_AGENT: "evaluation episodes"}.get(t.agent, what)
             self.episodes(label, t.done, t.total, t.tokens, time.perf_counter() - started[0], stage_eta=False,
                           level=level)
             if t.final:

@@ -23,6 +23,10 @@ class RolloutTick:
     agent: str = ""  # who plays (`Agent.name`): "expert" for demonstrations and expert-guided groups
 
 
+# The agent name of an evaluation inside another stage (the trainer's `run.eval_every`): displays show its ticks as
+# evaluation episodes, not as the iteration's rollout
+EVALUATION_AGENT = "evaluation"
+
 Listener = Callable[[RolloutTick], None]
 _LISTENERS: list[Listener] = []
 

@@ -231,9 +231,10 @@ class Trainer:
         each instance's outcome: any two steps compare paired) goes to `evals/step_NNNNNN.json`. Returns the mean
         success over tasks, the seconds it took and per task `eval_success` (with its Wilson interval as
         `eval_success_low`/`_high`) and `eval_reward`, for the iteration's metrics."""
-        from eppo_train.fixed_eval import evaluate_set
+        from eppo_train.fixed_eval import evaluate_set, evaluation_agent
 
-        report = evaluate_set(self.cfg, self.slots, policy, f"{self.run_dir.name} step {step}")
+        agent = evaluation_agent(self.cfg, self.slots, policy)
+        report = evaluate_set(self.cfg, self.slots, agent, f"{self.run_dir.name} step {step}")
         write_json_atomic(self.run_dir / "evals" / f"step_{step:06d}.json", {"step": step, **report})
         tasks = {t: {"eval_success": r["success"], "eval_success_low": r["success_ci95"][0],
                      "eval_success_high": r["success_ci95"][1], "eval_reward": r["mean_reward"]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from eppo_train.progress import Progress
-from eppo_train.ticks import RolloutTick
+from eppo_train.ticks import EVALUATION_AGENT, RolloutTick
 
 
 def _lines(stream: io.StringIO) -> list[str]:
@@ -33,6 +33,7 @@ def test_the_experts_rollout_of_an_iteration_is_named_as_such():
     on_tick = progress.ticks("rollout episodes")
     on_tick(RolloutTick(8, 8, 80, 1.0, 3, final=True, agent="vllm"))  # the policy's episodes
     on_tick(RolloutTick(2, 2, 0, 0.0, 3, final=True, agent="expert"))  # then its expert-guided groups
+    on_tick(RolloutTick(4, 4, 40, 1.0, 2, final=True, agent=EVALUATION_AGENT))  # run.eval_every's evaluation
     progress.done(out)  # type: ignore[arg-type]  (only printed)
     counts = [line.split(": ", 1)[1].split(" | ")[0] for line in _lines(out) if "episodes" in line]
-    assert counts == ["rollout episodes 8/8", "expert rollout episodes 2/2"]
+    assert counts == ["rollout episodes 8/8", "expert rollout episodes 2/2", "evaluation episodes 4/4"]

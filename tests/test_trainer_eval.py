@@ -21,7 +21,7 @@ def evaluated_run(tmp_path_factory):
     return out / "tiny"
 
 
-def test_evaluations_before_the_first_every_nth_and_the_last_iteration(evaluated_run, capsys):
+def test_evaluations_before_the_first_every_nth_and_the_last_iteration(evaluated_run):
     assert sorted(p.name for p in (evaluated_run / "evals").iterdir()) == [
         "step_000000.json", "step_000002.json", "step_000003.json"]
     records = {r["step"]: r for r in read_metrics(evaluated_run)}
