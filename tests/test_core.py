@@ -42,6 +42,8 @@ def test_code_block_and_boxed():
     assert parsing.extract_boxed(r"\boxed{\frac{1}{2}}") == r"\frac{1}{2}"
     assert parsing.extract_boxed("no box") is None
     assert parsing.extract_boxed(r"\boxed{\boxed{5}} \boxed{x") == "5" and parsing.extract_boxed("} \\boxed{1}}") == "1"
+    assert parsing.extract_boxed(r"<think>maybe \boxed{3}</think> so 4") is None  # reasoning is not the answer
+    assert parsing.extract_boxed(r"\boxed{4} <think>or \boxed{3}?") == "4"  # nor is an unclosed think
 
 
 def test_boxed_answers_are_found_in_time_linear_in_the_reply():

@@ -115,6 +115,7 @@ def test_normalise_drops_spaces_dollars_thin_spaces_a_final_full_stop_and_case()
     assert normalise("  $5/14$. ") == "5/14"
     assert normalise("1E3") == "1e3"
     assert normalise("1\\!000 ") == "1000"
+    assert normalise("$5/14.$") == normalise("$5/14$.") == "5/14"  # the full stop inside the `$` too
 
 
 def test_answers_equal_as_normalised_text_win_where_math_verify_alone_says_no():
@@ -128,7 +129,10 @@ def test_answers_equal_as_normalised_text_win_where_math_verify_alone_says_no():
 # Each reply won for both answers: the normalised text read one value (a leading "." stripped, numbers joined across
 # a space, a newline or a `$`) and math-verify another (it reads "3 4" as 7 and "5/14." as 5).
 HEDGES = [(".5", "5", "1/2"), ("3 4", "34", "7"), ("1\n2", "12", "2"), ("5$6", "56", "5"), ("0 .5", "0.5", "0"),
-          ("10 0", "100", "0"), ("5/14.", "5/14", "5"), ("1/ 2 .", "1/2", "2"), ("1\n/2", "1/2", "1")]
+          ("10 0", "100", "0"), ("5/14.", "5/14", "5"), ("1/ 2 .", "1/2", "2"), ("1\n/2", "1/2", "1"),
+          # a full stop just inside the closing `$`, or on both sides of it (math-verify reads "$5/14.$" as 5), and a
+          # space between a number and a letter (math-verify reads "2 e 3" as 2; joined it is 2e3)
+          ("$5/14.$", "5/14", "5"), ("$5/14.$.", "5/14", "5"), ("2 e 3", "2e3", "2")]
 
 
 @pytest.mark.parametrize("reply, first, second", HEDGES)
