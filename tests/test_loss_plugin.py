@@ -13,7 +13,7 @@ import pytest
 from eppo_train.advantages import ESTIMATORS, EstimatorSpec, compute_advantages, register_estimator
 from eppo_train.config import ConfigError, load_config
 from eppo_train.learner import Learner
-from eppo_train.losses import LOSSES, LossSpec, ppo_clip, register_loss
+from eppo_train.losses import LOSSES, ClipCovOptions, LossSpec, ppo_clip, register_loss
 from eppo_train.records import Sample
 
 PLUGIN = '''
@@ -137,6 +137,15 @@ def _two_args(inp, extra):
     (lambda: register_estimator("bad", lambda samples, scale_by_std=True, options=None: {}),
      r"register_estimator\('bad', \.\.\.\): expected EstimatorSpec\(\.\.\.\)"),
     (lambda: register_estimator("bad", EstimatorSpec(lambda samples: {})), r"cannot be called as <lambda>\(x, scale_by_std"),
+    # the rest of each check: a name for a function, an options instance, each bound's both ends and its type, the
+    # estimator's options= keyword (compute_advantages passes it)
+    (lambda: register_loss("bad", LossSpec("ppo_clip", 0.2, 0.2, "token_mean")), "LossSpec.fn must be callable, got str"),
+    (lambda: register_loss("bad", LossSpec(ppo_clip, 0.2, 0.2, "token_mean", options=ClipCovOptions())),
+     "options must be a dataclass"),
+    (lambda: register_loss("bad", LossSpec(ppo_clip, 0.0, 0.2, "token_mean")), r"eps_low must be a number in \(0, 1\)"),
+    (lambda: register_loss("bad", LossSpec(ppo_clip, 0.2, "0.28", "token_mean")), r"eps_high must be a number in"),
+    (lambda: register_estimator("bad", EstimatorSpec(lambda samples, scale_by_std=True: {})),
+     r"cannot be called as <lambda>\(x, scale_by_std=\.\.\., options=\.\.\.\)"),
 ])
 def test_a_loss_or_estimator_that_cannot_run_is_one_line_when_it_registers(call, message):
     """A wrong signature or spec was accepted, then a traceback from the learner (or the advantage step) after the
