@@ -117,11 +117,69 @@ class LoadsTwoValues(GuessNumberEnv):
         return instruction, obs
 
 
+class LoadsFourValues(GuessNumberEnv):
+    def load_instance(self, split, index):
+        return (*super().load_instance(split, index), "the answer")
+
+
+class LoadsNothing(GuessNumberEnv):
+    def load_instance(self, split, index):
+        super().load_instance(split, index)  # the return forgotten
+
+
+class LoadsNumberInstruction(GuessNumberEnv):
+    def load_instance(self, split, index):
+        _, obs, extra = super().load_instance(split, index)
+        return 7, obs, extra
+
+
+class LoadsNumberObservation(GuessNumberEnv):
+    def load_instance(self, split, index):
+        instruction, _, extra = super().load_instance(split, index)
+        return instruction, 7, extra
+
+
+class LoadsNoExtra(GuessNumberEnv):
+    def load_instance(self, split, index):
+        instruction, obs, _ = super().load_instance(split, index)
+        return instruction, obs, None
+
+
+class ReturnsBoolReward(GuessNumberEnv):
+    def transition(self, text):
+        result = super().transition(text)
+        result.reward = result.reward > 0  # True would pass as a reward of 1.0
+        return result
+
+
+class ReturnsStringReward(GuessNumberEnv):
+    def transition(self, text):
+        result = super().transition(text)
+        result.reward = str(result.reward)
+        return result
+
+
+class ReturnsNoInfo(GuessNumberEnv):
+    def transition(self, text):
+        result = super().transition(text)
+        result.info = None
+        return result
+
+
 @pytest.mark.parametrize("cls, message", [
     (ReturnsGymTuple, r"ReturnsGymTuple.transition returned a tuple of 5 \(str, float, bool, bool, dict\); "
                       r"return a StepResult"),
     (ReturnsNumberObservation, r"ReturnsNumberObservation.transition returned StepResult\(observation=int"),
     (LoadsTwoValues, r"LoadsTwoValues.load_instance returned a tuple of 2 \(str, str\); return \(instruction"),
+    # each part of each check: no tuple at all, each of the three values, the reward's type (a bool too), the info
+    (LoadsFourValues, r"LoadsFourValues.load_instance returned a tuple of 4 \(str, str, dict, str\)"),
+    (LoadsNothing, r"LoadsNothing.load_instance returned a NoneType; return \(instruction"),
+    (LoadsNumberInstruction, r"LoadsNumberInstruction.load_instance returned a tuple of 3 \(int, str, dict\)"),
+    (LoadsNumberObservation, r"LoadsNumberObservation.load_instance returned a tuple of 3 \(str, int, dict\)"),
+    (LoadsNoExtra, r"LoadsNoExtra.load_instance returned a tuple of 3 \(str, str, NoneType\)"),
+    (ReturnsBoolReward, r"ReturnsBoolReward.transition returned StepResult\(observation=str, reward=bool, info=dict\)"),
+    (ReturnsStringReward, r"ReturnsStringReward.transition returned StepResult\(observation=str, reward=str,"),
+    (ReturnsNoInfo, r"ReturnsNoInfo.transition returned StepResult\(.*info=NoneType\); they must be str, float and dict"),
 ])
 def test_a_hook_returning_the_wrong_types_is_named_in_one_line(cls, message, capsys):
     """A task whose hook returned the wrong shape failed inside the base class, as "'tuple' object has no attribute
