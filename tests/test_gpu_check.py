@@ -23,8 +23,9 @@ def _env(tmp_path: Path, absent: tuple[str, ...]) -> dict[str, str]:
 
 
 def test_timed_path_imports_without_gymnasium_ray_vllm(tmp_path):
-    code = ("import sys; import eppo_train.gpu_check, eppo_train.learner, eppo_train.policy.hf; "
-            "print(sorted(m for m in ('gymnasium', 'ray', 'vllm', 'eppo_envs') if sys.modules.get(m) is not None))")
+    # and a config without env.imports builds as the Ray learner actor builds its own (from_dict), eppo_envs unimported
+    code = ("import sys; import eppo_train.gpu_check, eppo_train.learner, eppo_train.policy.hf, eppo_train.config; "
+            "eppo_train.config.from_dict({}); print(sorted(m for m in ('gymnasium', 'ray', 'vllm', 'eppo_envs') if sys.modules.get(m) is not None))")
     env = _env(tmp_path, ("gymnasium", "ray", "vllm"))
     env["PYTHONPATH"] += os.pathsep + str(ROOT)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

@@ -120,6 +120,16 @@ def test_a_loss_and_an_estimator_registered_by_env_imports_are_known_to_the_conf
     assert [s.advantage for s in shifted] == pytest.approx([s.advantage + 0.5 for s in plain])
     with pytest.raises(ConfigError, match="env.imports: cannot import 'no_such_plugin_mod'"):
         load_config("tiny", ["env.imports=[no_such_plugin_mod]", "algo.name=env_imported_clip"])
+    # every module is imported, not the first only; one that exists but fails on an import of its own is one line too
+    (tmp_path / "my_second_algo.py").write_text(
+        "from eppo_train.losses import LossSpec, ppo_clip, register_loss\n"
+        "register_loss('env_imported_second', LossSpec(ppo_clip, 0.2, 0.2, 'seq_mean'))\n")
+    monkeypatch.delitem(sys.modules, "my_second_algo", raising=False)
+    assert load_config("tiny", ["env.imports=[json,my_second_algo]", "algo.name=env_imported_second"]).algo.name \
+        == "env_imported_second"
+    (tmp_path / "my_broken_algo.py").write_text("from eppo_train.losses import no_such_name\n")
+    with pytest.raises(ConfigError, match="env.imports: cannot import 'my_broken_algo': cannot import name 'no_such_name'"):
+        load_config("tiny", ["env.imports=[my_broken_algo]"])
 
 
 def _two_args(inp, extra):

@@ -313,9 +313,10 @@ def test_bubblewrap_carries_the_watchdogs_marker_and_the_snippet_does_not(box, m
 
     assert OWNER_TAG_ENV == TAG_ENV
     monkeypatch.setenv(TAG_ENV, "eppo-test-marker")
+    monkeypatch.setenv("EPPO_TEST_OWNER_SECRET", "x")  # the rest of the owner's environment stays out of bwrap's
     code = "import os, sys\nos.write(int(sys.argv[2]), repr(sorted(os.environ)).encode() + b'\\n')\nimport time\ntime.sleep(30)"
     with box.open(code) as session:
         snippet_env = session.receive(5.0).decode()
         bwrap_env = Path(f"/proc/{session.proc.pid}/environ").read_bytes().split(b"\0")
-    assert b"EPPO_OWNER_TAG=eppo-test-marker" in bwrap_env
+    assert b"EPPO_OWNER_TAG=eppo-test-marker" in bwrap_env and b"EPPO_TEST_OWNER_SECRET=x" not in bwrap_env
     assert "EPPO_OWNER_TAG" not in snippet_env and "PATH" in snippet_env
