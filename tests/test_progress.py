@@ -37,3 +37,20 @@ def test_the_experts_rollout_of_an_iteration_is_named_as_such():
     progress.done(out)  # type: ignore[arg-type]  (only printed)
     counts = [line.split(": ", 1)[1].split(" | ")[0] for line in _lines(out) if "episodes" in line]
     assert counts == ["rollout episodes 8/8", "expert rollout episodes 2/2", "evaluation episodes 4/4"]
+
+
+def test_the_evaluation_agent_is_named_for_these_lines_and_decodes_greedily():
+    # the trainer's run.eval_every evaluation reaches the lines above by this name; the pipeline decodes greedily too
+    from types import SimpleNamespace
+
+    from eppo_train.config import load_config
+    from eppo_train.fixed_eval import evaluation_agent, greedy_params
+    from eppo_train.tasks import prepare_tasks
+
+    cfg = load_config("tiny")
+    slots = prepare_tasks(cfg)
+    agent = evaluation_agent(cfg, slots, SimpleNamespace(tokenizer=None))
+    assert agent.name == EVALUATION_AGENT and agent.params == greedy_params(cfg, slots)
+    assert agent.params.greedy and agent.params.max_new_tokens == cfg.rollout.max_new_tokens  # no evaluation cap
+    capped = load_config("tiny", ["evaluation.max_new_tokens=7"])
+    assert evaluation_agent(capped, prepare_tasks(capped), SimpleNamespace(tokenizer=None)).params.max_new_tokens == 7
