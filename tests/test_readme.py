@@ -36,7 +36,12 @@ def _shell_commands() -> list[tuple[str, list[str]]]:
             if lang not in ("", "bash", "sh"):
                 continue
             for line in block.replace("\\\n", " ").splitlines():
-                words = shlex.split(line, comments=True)
+                try:
+                    words = shlex.split(line, comments=True)
+                except ValueError:  # unbalanced quotes: prose in a plain block ("a run's"); a command is a failure
+                    if line.strip().startswith(("eppo-", "make ")):
+                        found.append((f"{doc.name}: {line.strip()}", [line.split()[0], "<unbalanced quotes>"]))
+                    continue
                 if words and words[0] == "make" and len(words) > 1 and words[1] in MAKE_TARGETS:
                     extra = next((shlex.split(w[5:]) for w in words if w.startswith("ARGS=")), [])
                     words = [*MAKE_TARGETS[words[1]], *extra]
