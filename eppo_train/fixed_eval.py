@@ -33,14 +33,14 @@ def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:  # noqa: ANN0
             for split, group in by_split.items()]
 
 
-def greedy_params(cfg: Config, slots) -> SamplingParams:  # noqa: ANN001 (slots as above)
-    """Greedy decoding at the evaluation's reply cap (each task's own budget caps its rows)."""
-    return SamplingParams(eval_specs(cfg, slots)[0][0].max_new_tokens, 0.0, 1.0, 0)
+def greedy_params(cfg: Config) -> SamplingParams:
+    """Greedy decoding at the evaluation's reply cap, as `eval_specs` sets it (each task's own budget caps its rows)."""
+    return SamplingParams(cfg.evaluation.max_new_tokens or cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
 
 
-def evaluation_agent(cfg: Config, slots, policy: PolicyBackend) -> PolicyAgent:  # noqa: ANN001 (slots as above)
+def evaluation_agent(cfg: Config, policy: PolicyBackend) -> PolicyAgent:
     """`policy` decoding greedily, named `EVALUATION_AGENT` for the progress lines of the stage it runs in."""
-    agent = PolicyAgent(policy, greedy_params(cfg, slots))
+    agent = PolicyAgent(policy, greedy_params(cfg))
     agent.name = EVALUATION_AGENT
     return agent
 

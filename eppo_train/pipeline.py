@@ -10,8 +10,8 @@
 
 Every stage reuses the project's one implementation of its job: demos and RL rollouts go through
 `rollout.run_rollout`, evaluation through `fixed_eval.evaluate_set` (seeds 0..N-1 of each task's evaluation split,
-greedy), RL through `trainer.Trainer`. A stage's result is recorded only when it has finished, so a killed run resumes at
-the first unfinished stage (RL from its latest checkpoint).
+greedy), RL through `trainer.Trainer`. A stage's result is recorded only when it has finished, so a killed run
+resumes at the first unfinished stage (RL from its latest checkpoint).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = N
     from eppo_train.policy.agents import PolicyAgent
     from eppo_train.policy.factory import PolicyOptions, make_policy
 
-    params = greedy_params(cfg, slots)
+    params = greedy_params(cfg)
     if engine is not None:
         agent = PolicyAgent(engine.serving(model), params)
     else:

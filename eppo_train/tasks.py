@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from eppo_train.config import Config, ConfigError, TaskConfig
+from eppo_train.config import Config, ConfigError, TaskConfig, import_plugins
 
 if TYPE_CHECKING:  # the rollout (gymnasium, env pools) loads when a rollout is built, not with the CLI
     from eppo_train.records import Sample
@@ -40,13 +40,8 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     import gymnasium as gym
 
     import eppo_envs
-    from eppo_envs.core.registry import import_tasks
 
-    for module in cfg.env.imports:
-        try:
-            import_tasks(module)
-        except ImportError as exc:
-            raise ConfigError(f"env.imports: {exc}") from None
+    import_plugins(cfg)  # done by from_dict already; again for a Config built in code (importing twice is free)
     slots, labels = [], set()
     for i, t in enumerate(cfg.env.tasks):
         if t.id not in gym.registry:

@@ -233,7 +233,7 @@ class Trainer:
         `eval_success_low`/`_high`) and `eval_reward`, for the iteration's metrics."""
         from eppo_train.fixed_eval import evaluate_set, evaluation_agent
 
-        agent = evaluation_agent(self.cfg, self.slots, policy)
+        agent = evaluation_agent(self.cfg, policy)
         report = evaluate_set(self.cfg, self.slots, agent, f"{self.run_dir.name} step {step}")
         write_json_atomic(self.run_dir / "evals" / f"step_{step:06d}.json", {"step": step, **report})
         tasks = {t: {"eval_success": r["success"], "eval_success_low": r["success_ci95"][0],

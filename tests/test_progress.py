@@ -45,12 +45,10 @@ def test_the_evaluation_agent_is_named_for_these_lines_and_decodes_greedily():
 
     from eppo_train.config import load_config
     from eppo_train.fixed_eval import evaluation_agent, greedy_params
-    from eppo_train.tasks import prepare_tasks
 
     cfg = load_config("tiny")
-    slots = prepare_tasks(cfg)
-    agent = evaluation_agent(cfg, slots, SimpleNamespace(tokenizer=None))
-    assert agent.name == EVALUATION_AGENT and agent.params == greedy_params(cfg, slots)
+    agent = evaluation_agent(cfg, SimpleNamespace(tokenizer=None))
+    assert agent.name == EVALUATION_AGENT and agent.params == greedy_params(cfg)
     assert agent.params.greedy and agent.params.max_new_tokens == cfg.rollout.max_new_tokens  # no evaluation cap
     capped = load_config("tiny", ["evaluation.max_new_tokens=7"])
-    assert evaluation_agent(capped, prepare_tasks(capped), SimpleNamespace(tokenizer=None)).params.max_new_tokens == 7
+    assert evaluation_agent(capped, SimpleNamespace(tokenizer=None)).params.max_new_tokens == 7

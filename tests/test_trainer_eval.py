@@ -112,7 +112,7 @@ def test_an_evaluation_reports_each_tasks_success_interval_and_reward(tmp_path, 
     report = {"model": "m", "episodes_per_task": 4, "seconds": 2.0, "tasks": {
         "a": {"success": 0.5, "success_ci95": [0.15, 0.85], "mean_reward": 0.25},
         "b": {"success": 1.0, "success_ci95": [0.51, 1.0], "mean_reward": 0.75}}}
-    monkeypatch.setattr(fixed_eval, "evaluation_agent", lambda cfg, slots, policy: "agent")
+    monkeypatch.setattr(fixed_eval, "evaluation_agent", lambda cfg, policy: "agent")
     monkeypatch.setattr(fixed_eval, "evaluate_set", lambda cfg, slots, agent, name: report)
     trainer = SimpleNamespace(cfg=SimpleNamespace(evaluation=SimpleNamespace(episodes=4)), slots=[],
                               run_dir=tmp_path / "run")
