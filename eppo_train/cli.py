@@ -1,5 +1,6 @@
-"""`eppo-train`: train (the default when only flags are given) and plot. A thin dispatcher: each subcommand is an
-`add_<name>` (its arguments) and a `cmd_<name>` (the work), registered in `SUBCOMMANDS`.
+"""`eppo-train`: train (the default when only flags are given), plot, sft, pipeline, signal, study and study-report.
+A thin dispatcher: each subcommand is an `add_<name>` (its arguments) and a `cmd_<name>` (the work), registered in
+`SUBCOMMANDS`.
 
     eppo-train --config tiny --set algo.name=grpo --set rollout.group_size=4
     eppo-train --resume runs/tiny

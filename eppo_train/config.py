@@ -89,7 +89,8 @@ class SftConfig:
 
 @dataclass
 class EvalSection:
-    """The pipeline's fixed evaluation set (eval.py): seeds 0..episodes-1 of each task's evaluation split."""
+    """The run's fixed evaluation set (fixed_eval.py: the pipeline's stages, studies, `run.eval_every`, `signal
+    --eval`): seeds 0..episodes-1 of each task's evaluation split."""
 
     episodes: int = 64  # instances per task (64: a success interval of about ±0.12 at 0.5)
     split: dict[str, str] = field(default_factory=dict)  # task label -> split (default: the env's eval_split)
@@ -162,7 +163,8 @@ class LearnerConfig:
 class RayConfig:
     enabled: bool = True
     address: str | None = None  # None: a local `ray.init()`; "auto" or host:port for a cluster
-    num_cpus: int | None = None  # logical CPUs of a local Ray; None: enough for every actor (phases alternate)
+    # logical CPUs of a local Ray; None: this machine's; raised to what every actor asks for (phases alternate)
+    num_cpus: int | None = None
     actor_cpus: float = 1.0  # Ray CPU share of the generator and of the learner actor
     torch_threads: int | None = None  # threads per actor; None: every core (generation and learning alternate)
     # Placement on a cluster (docs/cluster.md): Ray resources each actor asks for. A custom resource such as
