@@ -234,10 +234,10 @@ def add_study(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sft", metavar="DIR", help="start every run from this model folder (e.g. a make-train "
                    "run's sft/) instead of the config's cached SFT warm start")
     p.add_argument("--out", help="scratch folder for the runs (default: runs/study-<config name>)")
-    p.add_argument("--results", help="result files (default: docs/results/study for the study config, "
-                   "else <out>/results)")
-    p.add_argument("--report", help="the report (default: docs/results/study.md for the study config, "
-                   "else <out>/study.md)")
+    p.add_argument("--results", help="result files (default: docs/results/study for the study config "
+                   "without --set or --model, else <out>/results)")
+    p.add_argument("--report", help="the report (default: docs/results/study.md for the study config "
+                   "without --set or --model, else <out>/study.md)")
 
 
 def cmd_study(args: argparse.Namespace) -> int:
