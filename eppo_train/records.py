@@ -14,7 +14,8 @@ class Sample:
     """One training sequence: a prompt followed by model and env tokens, as the learner will see it.
 
     In `full` context mode there is one Sample per episode (the whole chat transcript); in `window` mode one per
-    turn (the last k turns as context, the current response as the only masked-in span).
+    turn (the system and first user message plus the last k exchanges as context, the current response as the only
+    masked-in span).
     """
 
     task: str  # "alfworld", "webshop", ...: the key EPPO paces by
