@@ -8,9 +8,9 @@ token); prompts, observations and chat scaffolding never enter it.
 
 A random or untuned model rarely writes a well-formed tool call, so every GRPO group would have zero reward
 variance and RL would have nothing to learn from; this stage fixes the format first. `sft_model` caches the
-result by its settings, so repeated runs (tests, a re-run pipeline) pay for it once; `warm_start` is the stage as
-the CLI's `train` runs it before the trainer (the pipeline runs `run_sft` into its own `sft/` folder; a study
-starts every run from the cached `sft_model`, or from `--sft DIR`).
+result by its settings, so repeated runs (tests, `eppo-train train`, studies) pay for it once; `warm_start`
+is the stage as the CLI's `train` runs it before the trainer (the pipeline runs `run_sft` into its own `sft/`
+folder, uncached; a study starts every run from the cached `sft_model`, or from `--sft DIR`).
 """
 
 from __future__ import annotations
