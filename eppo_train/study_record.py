@@ -4,7 +4,7 @@
      "command": "eppo-train study", "date": "2026-12-01T12:00:00Z", "wall_seconds": ..., "train_seconds": ...,
      "eval_seconds": ..., "load": {"start": [1m, 5m, 15m], "end": [...]}, "machine": {"cpus": 2, ...},
      "resumed_from_step": 0, "start_model": {"model": ..., "sha256": ...}, "config": {...the run's config...},
-     "training_episodes": 800,
+     "training_episodes": 960,
      "iterations": [{"step": 1, "success": ..., "iteration_time_s": ..., "tasks": {"math": {"success": ...,
                      "entropy": ..., "entropy_ema": ..., "eps_low": ..., "eps_high": ..., "clip_frac": ...}},
                      "crossovers": [["a", "b"]], "spikes": ["math"]}, ...],
