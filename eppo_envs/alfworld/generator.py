@@ -1,8 +1,9 @@
 """Generated ALFWorld problems: a compact spec per problem, rendered into a game file on demand.
 
 A `ProblemSpec` (floorplan, task type, object, parent, lamp, seed, sentence) is all a problem is. Rendering it gives
-the PDDL problem (every receptacle of the room; one to three of each object class the room holds, placed by ALFRED's
-receptacle rules; the goal from `alfworld.gen.goal_library`) and a game file in ALFWorld's own JSON format
+the PDDL problem (every receptacle of the room; one to three of the target class, two or three for pick-two, and
+none or one to three of each other object class the room holds, placed by ALFRED's receptacle rules; the agent on
+a free floor point; the goal from `alfworld.gen.goal_library`) and a game file in ALFWorld's own JSON format
 `{"pddl_domain", "grammar", "pddl_problem", "solvable"}` whose grammar carries the task sentence, exactly as
 `alfworld-generate` writes them. Spec lists are sampled once per split, stored in the cache, and are deterministic
 from `SPEC_SEED`; rendering is deterministic from the spec.
