@@ -9,11 +9,12 @@ machinery: the invariant finder's balance checker (for zero candidates), `pddl.A
 computed from the exploration's tuples: each grounded operator goes straight to its `(name, prevail, pre_post,
 cost)`, exactly as `translate_strips_operator` makes it for an operator whose effects are all unconditional once
 grounded (what remains is a binary-variable case analysis, written out below); an operator with a fluent effect
-condition (ALFRED's `ToggleObject`) is handed to fast_downward's own `translate_strips_operator`. The causal graph's
-weights are counted directly and ordered by fast_downward's own `sccs` and `MaxDAG`, and the text is written once,
-renumbered. `translate` returns None for anything outside that case (axioms, other options, an unusual goal), and
-the caller then runs fast_downward's stages. `tests/test_alfworld_grounding.py` checks the text byte for byte
-against `fast_downward.pddl2sas`.
+condition (ALFRED's `ToggleObject`) is handed to fast_downward's own `translate_strips_operator`, and the axioms
+(the goal's derived predicate) to its own `handle_axioms` and `translate_strips_axioms`, on the same variables.
+The causal graph's weights are counted directly and ordered by fast_downward's own `sccs` and `MaxDAG`, and the text
+is written once, renumbered. `translate` returns None for anything outside that case (other options, an unusual
+goal, a task that is not relaxed reachable), and the caller then runs fast_downward's stages.
+`tests/test_alfworld_grounding.py` checks the text byte for byte against `fast_downward.pddl2sas`.
 """
 
 from __future__ import annotations
