@@ -12,5 +12,5 @@ class CodeProblem:
     reference: str  # a full solution that passes every test
     tests: str  # HumanEval-shaped: `def check(candidate): ...`
     entry_point: str  # the function the tests call
-    level: int  # difficulty 1-3 for generated problems, 0 for HumanEval
+    level: int  # difficulty 1-4 for generated problems, 0 for HumanEval
     source: str
