@@ -110,7 +110,8 @@ class BwrapBackend:
             raise SandboxSetupError(
                 "bubblewrap (bwrap) is not installed, so untrusted code cannot be isolated. Install it "
                 "(`apt-get install bubblewrap`, done by `make install`), or opt in to the unsafe rlimit-only mode "
-                "with SandboxConfig(backend='rlimit', allow_unsafe=True) or EPPO_SANDBOX_UNSAFE=1."
+                "with SandboxConfig(backend='rlimit', allow_unsafe=True) (EPPO_SANDBOX_UNSAFE=1 can stand in for "
+                "allow_unsafe=True, but the backend must still be named)."
             )
         self.layout = layout
         self.as_root = os.geteuid() == 0
