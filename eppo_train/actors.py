@@ -245,7 +245,6 @@ class RayWorkers:
         gpus = r.num_gpus if r.num_gpus is not None else (0.5 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0)
         folder = _driver_folder(cfg.model.name)
         data = folder_files(folder) if folder else {}
-        self.model_bytes = sum(len(v) for v in data.values())
         files = ray.put(data) if data else None  # one copy in the object store for both actors
         del data
         gen_cls = ray.remote(GeneratorWorker).options(num_cpus=r.actor_cpus, num_gpus=gpus,

@@ -1,7 +1,8 @@
 """Entropy pacing (EPPO): a per-task clip range set from each task's token entropy relative to the others.
 
 As implemented (docs/design.md, "Entropy pacing"), step by step:
-  1. H_k: mean token entropy of the sampling policy over task k's response tokens in this batch (no gradient).
+  1. H_k: mean token entropy over task k's response tokens in this batch, from the learner's no-grad pass of the
+     training model (the sampling policy's weights, before this step's updates).
   2. H^_k <- beta * H^_k + (1 - beta) * H_k (the first observation initialises H^_k, so no bias towards 0).
   3. z_k = log(H^_k / mean_j H^_j); c_k = 1 + lam * (2 * sigmoid(alpha * z_k) - 1), so c_k is in (1-lam, 1+lam).
   4. eps_low,k = clamp(c_k * eps_low), eps_high,k = clamp(c_k * eps_high); the base bounds for `warmup` steps.
@@ -17,9 +18,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from eppo_train.config import PACING_VARIANTS, PacingConfig
-
-VARIANTS = PACING_VARIANTS  # owned and validated by the config
+from eppo_train.config import PacingConfig
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
     runs/<timestamp>/config.yaml      the resolved pipeline config
     runs/<timestamp>/pipeline.json    finished stages and their results (what `--resume` continues from)
-    runs/<timestamp>/evals/<stage>.json   eval.py reports on the fixed evaluation set (base, sft, rl)
+    runs/<timestamp>/evals/<stage>.json   `fixed_eval.evaluate_set` results on the fixed evaluation set (base, sft, rl)
     runs/<timestamp>/sft/             the SFT model (transformers folder) and sft.json (loss per step, demo counts)
     runs/<timestamp>/rl/              the trainer's run: metrics.jsonl, tb/, checkpoints/, plots/*.png
     runs/<timestamp>/summary.md       per-task success and mean reward before SFT, after SFT and after RL, with 95%
@@ -30,7 +30,6 @@ from eppo_train.progress import Progress, RLWatcher
 from eppo_train.ticks import listen
 
 STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
-STAGE_TITLES = {"eval_base": "before SFT", "eval_sft": "after SFT", "eval_rl": "after RL"}
 
 
 # ---------------------------------------------------------------------------- evaluation (fixed_eval)

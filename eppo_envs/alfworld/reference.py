@@ -98,11 +98,6 @@ def play_expert(split: str, episodes: int, first_seed: int = 0, engine: str = "f
     return ExpertRun(played, planner_s, env_s, steps)
 
 
-def expert_commands(split: str, episodes: int, first_seed: int = 0) -> list[tuple[dict[str, Any], list[str]]]:
-    """(game file, the expert's commands) for seeds first_seed..; games are read from our env's source."""
-    return play_expert(split, episodes, first_seed).played
-
-
 def stock_replay(games: list[tuple[Path, list[str]]], max_episode_steps: int = 50) -> Replay:
     """Replay each game's commands through textworld.gym + alfworld's wrappers."""
     request_infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])

@@ -49,16 +49,9 @@ class Scene:
     object_types: tuple[str, ...]  # every object class present in the room (receptacles included)
     free_points: tuple[tuple[int, int], ...]  # navigable grid points no receptacle is seen from (agent start)
 
-    def receptacles_of(self, rtype: str) -> list[Receptacle]:
-        return [r for r in self.receptacles if r.rtype == rtype]
-
     @property
     def receptacle_types(self) -> frozenset[str]:
         return frozenset(r.rtype for r in self.receptacles)
-
-
-def all_floorplans() -> tuple[int, ...]:
-    return tuple(sorted(SEEN_FLOORPLANS + UNSEEN_FLOORPLANS))
 
 
 def _location(x: float, z: float, rotation: float, horizon: float) -> str:

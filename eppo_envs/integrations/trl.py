@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 
 from eppo_envs.core.base import first_prompt
-from eppo_envs.core.registry import make, task_spec
+from eppo_envs.core.registry import make
 
 EPISODE_KEY = "eppo_episode"  # extra key on the first prompt message: which episode this prompt starts
 
@@ -182,10 +182,6 @@ def env_reward_funcs(tasks: Sequence[str]) -> list[Callable[..., list[float | No
         reward.__name__ = f"env_reward_{task}"
         funcs.append(reward)
     return funcs
-
-
-def tasks_of(env_ids: Sequence[str]) -> list[str]:
-    return sorted({task_spec(env_id).task for env_id in env_ids})
 
 
 class EppoToolEnv:

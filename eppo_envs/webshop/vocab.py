@@ -32,8 +32,6 @@ def _type(t: dict) -> ProductType:
 
 
 SIZES: tuple[str, ...] = tuple(_DATA["sizes"])
-COLOURS: tuple[str, ...] = tuple(_DATA["colours"])
-SHOE_SIZES: tuple[str, ...] = tuple(_DATA["shoe_sizes"])
 PRODUCT_TYPES: tuple[ProductType, ...] = tuple(_type(t) for t in _DATA["product_types"])
 BRAND_SYLLABLES: tuple[str, ...] = tuple(_DATA["brand_syllables"])
 TITLE_EXTRAS: tuple[str, ...] = tuple(_DATA["title_extras"])
