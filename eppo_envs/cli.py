@@ -1,4 +1,5 @@
-"""`eppo-envs`: list the tasks, look at an instance, play one yourself, run (and time) the experts."""
+"""`eppo-envs`: list the tasks, look at an instance, play one yourself, run (and time) the experts, serve a task
+over OpenEnv."""
 
 from __future__ import annotations
 

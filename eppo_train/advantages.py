@@ -5,9 +5,10 @@
 - task: group-centred as above, then normalised over all samples of the same task in the batch (AgentRL), so
   every task contributes gradients of the same scale whatever its reward range.
 - gigpo: episode advantage (grpo) plus `weight` x a step advantage (options `algo.advantage_options`: weight,
-  gamma): within a group, the turns that start from
-  the same observation (the anchor state, keyed by the prompt tokens in window mode or `meta["state_key"]`) are
-  a step group, normalised on their discounted returns (Feng et al. 2025, GiGPO).
+  gamma): within a group, the turns that start from the same observation (the anchor state: `meta["state_key"]`,
+  else the rollout's `meta["observation_hash"]` of a window sample, else the prompt tokens) are a step group,
+  normalised on their discounted returns (Feng et al. 2025, GiGPO). Step groups need `context: window`; in `full`
+  context an episode is one sample, every member starts from the same prompt, and gigpo is (1 + weight) x grpo.
 
 Groups whose rewards are all equal carry no signal: they are counted (`zero_variance_groups`) and, with
 `filter_zero_variance` (DAPO's dynamic sampling), dropped from the batch. `compute_advantages` returns new
@@ -17,6 +18,8 @@ Groups whose rewards are all equal carry no signal: they are counted (`zero_vari
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eppo_train.records import Sample
-from eppo_train.typed import Registry, check_entry
+from eppo_train.typed import ConfigError, Registry, check_entry
 
 EPS = 1e-6
 
@@ -157,6 +160,23 @@ register_estimator("task", EstimatorSpec(task_normalised))
 register_estimator("gigpo", EstimatorSpec(gigpo, GigpoOptions))
 
 
+def _checked_values(name: str, values: object, samples: list[Sample]) -> dict[int, float]:
+    """An estimator's result is one line naming it when it is not a finite number for every sample it was given: a
+    KeyError or a NaN advantage reached the learner before, and NaN trains silently into the weights."""
+    form = f"advantage estimator {name!r}"
+    if not isinstance(values, dict):
+        raise ConfigError(f"{form} returned {type(values).__name__}; return {{id(sample): advantage}} for every sample")
+    out: dict[int, float] = {}
+    for s in samples:
+        value = values.get(id(s))
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            got = "nothing" if id(s) not in values else repr(value)
+            raise ConfigError(f"{form} gave {got} for a {s.task} sample; it must give a finite number for every "
+                              f"sample, keyed by id(sample)")
+        out[id(s)] = float(value)
+    return out
+
+
 def compute_advantages(
     samples: list[Sample],
     estimator: str = "grpo",
@@ -171,7 +191,7 @@ def compute_advantages(
     groups = _groups(samples)
     flat = {gid for gid, g in groups.items() if len(set(_episode_rewards(g).values())) <= 1}
     chosen = [s for s in samples if s.group_id not in flat] if filter_zero_variance else list(samples)
-    values = spec.fn(chosen, scale_by_std=scale_by_std, options=opts)
+    values = _checked_values(estimator, spec.fn(chosen, scale_by_std=scale_by_std, options=opts), chosen)
     kept = [replace(s, advantage=values[id(s)]) for s in chosen]
 
     per_task: dict[str, dict[str, float]] = {}

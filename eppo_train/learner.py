@@ -37,7 +37,7 @@ from eppo_train.frozen_cache import (
     top_hidden,
     unpad,
 )
-from eppo_train.losses import LOSSES, LossInputs, aggregate, k3, loss_options, token_weights
+from eppo_train.losses import LOSSES, LossInputs, aggregate, checked_output, k3, loss_options, token_weights
 from eppo_train.pacing import EntropyPacer, PaceStep
 from eppo_train.policy.precision import use_cpu_autocast
 from eppo_train.records import Sample
@@ -328,7 +328,7 @@ class Learner:
                             ref[r, : len(ref_lp[i])] = torch.tensor(ref_lp[i])
                     inp = LossInputs(lp, b["old"], b["adv"], b["mask"], b["lo"], b["hi"], ref, self.cfg.algo.kl_coef,
                                      self.options, self.rng)
-                    out = self.spec.fn(inp)
+                    out = checked_output(self.cfg.algo.name, self.spec.fn(inp), lp)
                     loss = aggregate(out, token_weights(b["mask"], self.agg, total_tokens, float(len(mb))))
                     loss.backward()
                     loss_total += float(loss.detach())

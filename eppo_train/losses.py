@@ -2,8 +2,9 @@
 
 Every loss is token-level PPO-style over a padded batch `[B, T]`. Clip bounds are per-token tensors, so a per-task
 bound (EPPO) is just a tensor filled from the pacer. A loss returns the per-token loss; `aggregate` weights it
-(token mean or sequence mean) with weights the learner computes over the *whole* batch, so gradient accumulation
-over micro-batches gives the same gradient as one big batch.
+(token mean or sequence mean) with weights the learner computes over the *whole* mini-batch, so gradient
+accumulation over micro-batches gives the same gradient as one big mini-batch (Clip-Cov and KL-Cov choose their
+tokens within each micro-batch, as verl's recipe does).
 
 References: GRPO (Shao et al. 2024), DAPO clip-higher and token-level mean (Yu et al. 2025), Clip-Cov and KL-Cov
 (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"; their verl recipe is followed here).
@@ -152,6 +153,25 @@ def token_weights(mask: Tensor, agg: str, total_tokens: float, total_seqs: float
     if agg == "seq_mean":
         return mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0) / max(total_seqs, 1.0)
     raise ValueError(f"unknown loss aggregation {agg!r} (token_mean or seq_mean)")
+
+
+def checked_output(name: str, out: object, like: Tensor) -> LossOutput:
+    """A loss that returns something else than `LossOutput` of [B, T] tensors is one line naming the loss: a tuple
+    was an AttributeError inside the learner, a scalar `per_token` silently broadcast over the batch's weights, and
+    a detached one a backward error."""
+    if not isinstance(out, LossOutput):
+        raise ConfigError(f"loss {name!r} returned {type(out).__name__}; return LossOutput(per_token, clipped, "
+                          f"approx_kl), each a tensor of the batch's shape [B, T]")
+    for part in ("per_token", "clipped", "approx_kl"):
+        value = getattr(out, part)
+        if not isinstance(value, Tensor) or value.shape != like.shape:
+            got = f"shape {list(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+            raise ConfigError(f"loss {name!r}: LossOutput.{part} is {got}; it must be a tensor of the batch's shape "
+                              f"{list(like.shape)}")
+    if like.requires_grad and not out.per_token.requires_grad:
+        raise ConfigError(f"loss {name!r}: LossOutput.per_token carries no gradient; compute it from "
+                          f"LossInputs.logprobs without .detach() or torch.no_grad()")
+    return out
 
 
 def aggregate(out: LossOutput, weights: Tensor) -> Tensor:

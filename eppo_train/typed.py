@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import types
 import typing
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -109,6 +110,9 @@ class Registry(Generic[T]):
     def register(self, name: str, entry: T) -> T:
         if self._check is not None:
             self._check(name, entry)
+        known = self._entries.get(name)
+        if known is not None and known != entry:  # as gymnasium says of an id registered twice: say it, then replace
+            warnings.warn(f"{self.kind} {name!r} was registered already; the new entry replaces it", stacklevel=2)
         self._entries[name] = entry
         return entry
 

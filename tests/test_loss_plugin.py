@@ -7,6 +7,7 @@ import importlib
 import random
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -165,3 +166,73 @@ def test_a_loss_or_estimator_that_cannot_run_is_one_line_when_it_registers(call,
         call()
     assert "\n" not in str(err.value)
     assert "bad" not in LOSSES and "bad" not in ESTIMATORS
+
+
+def _returns(value_of):
+    """A loss whose output is `value_of(ppo_clip's output, its inputs)`."""
+    return lambda inp: value_of(ppo_clip(inp), inp)
+
+
+@pytest.mark.parametrize("value_of, message", [
+    (lambda out, inp: (out.per_token, out.clipped, out.approx_kl),
+     r"loss 'bad_output' returned tuple; return LossOutput\(per_token, clipped, approx_kl\)"),
+    (lambda out, inp: type(out)(out.per_token.sum(), out.clipped, out.approx_kl),
+     r"LossOutput.per_token is shape \[\]; it must be a tensor of the batch's shape \[4, 7\]"),
+    (lambda out, inp: type(out)(out.per_token, out.clipped.tolist(), out.approx_kl), "LossOutput.clipped is list"),
+    (lambda out, inp: type(out)(out.per_token.detach(), out.clipped, out.approx_kl),
+     "LossOutput.per_token carries no gradient"),
+])
+def test_a_loss_that_returns_the_wrong_thing_is_one_line_naming_it(value_of, message):
+    """A tuple was an AttributeError inside the learner, a scalar per_token broadcast silently over the batch's
+    token weights (a wrong gradient), a detached one a backward error from torch."""
+    register_loss("bad_output", LossSpec(_returns(value_of), 0.2, 0.2, "token_mean"))
+    try:
+        with pytest.raises(ConfigError, match=message) as err:
+            loss_of("bad_output")
+        assert "\n" not in str(err.value)
+    finally:
+        LOSSES._entries.pop("bad_output")
+
+
+@pytest.mark.parametrize("result, message", [
+    (lambda samples: [0.0] * len(samples), r"advantage estimator 'bad_values' returned list"),
+    (lambda samples: {id(s): 1.0 for s in samples[1:]}, "gave nothing for a t sample"),
+    (lambda samples: {id(s): float("nan") for s in samples}, "gave nan for a t sample"),
+    (lambda samples: {id(s): "1" for s in samples}, "gave '1' for a t sample"),
+])
+def test_an_estimator_that_misses_a_sample_or_gives_nan_is_one_line_naming_it(result, message):
+    """A missing sample was a KeyError, and a NaN advantage trained silently into the weights."""
+    register_estimator("bad_values", EstimatorSpec(lambda samples, scale_by_std=True, options=None: result(samples)))
+    try:
+        with pytest.raises(ConfigError, match=message):
+            compute_advantages(batch(), "bad_values")
+    finally:
+        ESTIMATORS._entries.pop("bad_values")
+
+
+def test_an_estimator_may_give_numpy_numbers():
+    import numpy as np
+
+    register_estimator("numpy_values", EstimatorSpec(
+        lambda samples, scale_by_std=True, options=None: {id(s): np.float32(0.5) for s in samples}))
+    try:
+        advantages = [s.advantage for s in compute_advantages(batch(), "numpy_values").samples]
+    finally:
+        ESTIMATORS._entries.pop("numpy_values")
+    assert advantages == [0.5] * 4 and all(type(a) is float for a in advantages)
+
+
+def test_registering_a_known_name_again_warns_and_replaces_it():
+    """A plugin's `grpo` silently replaced the built-in one; now it is said, as gymnasium says of an id registered
+    twice. The same entry registered again (a module imported twice) is quiet."""
+    builtin = LOSSES.get("grpo")
+    mine = LossSpec(ppo_clip, 0.1, 0.1, "seq_mean")
+    try:
+        with pytest.warns(UserWarning, match="loss 'grpo' was registered already; the new entry replaces it"):
+            register_loss("grpo", mine)
+        assert LOSSES.get("grpo") is mine
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            register_loss("grpo", mine)
+    finally:
+        LOSSES._entries["grpo"] = builtin
