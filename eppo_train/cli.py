@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
+    from eppo_envs.core import TaskError
     from eppo_train.config import ConfigError
     from eppo_train.interrupt import WorkerLost, guard
     from eppo_train.policy.engine import EngineError
@@ -337,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             return args.run(args)
         except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError) as exc:
             return _error(str(exc))
+        except TaskError as exc:  # a task's hook broke its contract (a Ray worker's error carries it as `cause`)
+            return _error(str(getattr(exc, "cause", exc)))
         except WorkerLost as exc:  # not the user's error: the run stops at its last checkpoint
             print(f"{PROG}: error: {exc}; {hint()}", file=sys.stderr)
             return 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -24,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 import eppo_envs  # noqa: F401  (registers the built-in tasks)
+from eppo_envs.core import TaskError
 from eppo_train.config import ConfigError
 from eppo_train.interrupt import WorkerLost
 
@@ -53,6 +55,7 @@ class EnvHost:
     def __init__(self, env_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
         self.env_kwargs = env_kwargs or {}
         self.envs: dict[int, tuple[str, gym.Env]] = {}
+        self.errors_said: set[tuple[str, str]] = set()  # (env id, exception type) already warned about
 
     def _env(self, slot: int, spec: gym.envs.registration.EnvSpec) -> gym.Env:
         held = self.envs.get(slot)
@@ -77,12 +80,25 @@ class EnvHost:
             env = self.envs[slot][1]
             try:
                 obs, reward, terminated, truncated, info = env.step(action)
+            except TaskError:  # the task breaks its contract on every step: stop with its one line, not train on it
+                raise
             except Exception as exc:  # an env bug must not take the whole batch down: end this episode, say why
                 info = {"env_error": f"{type(exc).__name__}: {exc}", "won": False, "action_valid": False,
                         "traceback": traceback.format_exc(limit=5)}
                 obs, reward, terminated, truncated = f"Environment error: {exc}", 0.0, False, True
+                self._say(self.envs[slot][0], exc)
             out.append((obs, float(reward), bool(terminated), bool(truncated), info))
         return out
+
+    def _say(self, env_id: str, exc: Exception) -> None:
+        """One stderr line the first time a task raises a kind of error: its episodes end unwon and are counted
+        (`env_errors`), but a task that raises on every step must not train or score 0 in silence."""
+        key = (env_id, type(exc).__name__)
+        if key not in self.errors_said:
+            self.errors_said.add(key)
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            print(f"warning: {env_id}.step raised {type(exc).__name__}: {first}; the episode ends unwon "
+                  f"(said once; every such episode counts in env_errors)", file=sys.stderr, flush=True)
 
     def expert_actions(self, slots: Sequence[int]) -> list[str]:
         out = []

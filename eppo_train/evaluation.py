@@ -86,7 +86,7 @@ class EvalReport:
 
 # evaluation reports keep their name for one of stats.episode_stats' numbers (eval tables and studies read it)
 _REPORT_NAMES = {"invalid_rate": "invalid_action_rate"}
-_REPORT_KEYS = ("episodes", "success", "mean_reward", "mean_turns", "invalid_rate", "truncated")
+_REPORT_KEYS = ("episodes", "success", "mean_reward", "mean_turns", "invalid_rate", "truncated", "env_errors")
 
 
 def by_instance(episodes: list) -> dict[int, list]:

@@ -136,7 +136,7 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> Interval | None:
 def episode_stats(episodes: Sequence) -> dict[str, float]:
     """The per-task numbers of a set of `eppo_envs` Episode records, the one definition the rollout stats, the
     trainer's metrics and evaluation reports share: success and truncation rates, mean reward and turns, invalid
-    actions per step, tokens per response (0 for each over no episodes)."""
+    actions per step, tokens per response, steps on which the env raised (0 for each over no episodes)."""
     n = max(len(episodes), 1)
     steps = sum(e.num_steps for e in episodes)
     lengths = [t.info.get("response_tokens", 0) for e in episodes for t in e.turns]
@@ -148,4 +148,5 @@ def episode_stats(episodes: Sequence) -> dict[str, float]:
         "invalid_rate": sum(e.invalid_actions for e in episodes) / max(1, steps),
         "truncated": sum(e.truncated for e in episodes) / n,
         "response_length": sum(lengths) / max(len(lengths), 1),
+        "env_errors": sum(1 for e in episodes for t in e.turns if "env_error" in t.info),  # steps the env raised on
     }

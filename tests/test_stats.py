@@ -130,8 +130,9 @@ def test_episode_stats_by_hand():
     eps = [episode([0.0, 1.0], [True, True], True, False, [10, 20]),
            episode([0.5], [False], False, False, [30]),
            episode([0.0, 0.0, 0.0], [True, False, True], False, True, [5, 5, 2])]
+    eps[2].turns[2].info["env_error"] = "ValueError: raised by the env"  # one step the env raised on
     assert episode_stats(eps) == pytest.approx({
         "episodes": 3, "success": 1 / 3, "mean_reward": 0.5, "mean_turns": 2.0, "invalid_rate": 2 / 6,
-        "truncated": 1 / 3, "response_length": 72 / 6})
+        "truncated": 1 / 3, "response_length": 72 / 6, "env_errors": 1})
     assert episode_stats([]) == {"episodes": 0, "success": 0.0, "mean_reward": 0.0, "mean_turns": 0.0,
-                                 "invalid_rate": 0.0, "truncated": 0.0, "response_length": 0.0}
+                                 "invalid_rate": 0.0, "truncated": 0.0, "response_length": 0.0, "env_errors": 0}
