@@ -336,10 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     with guard(PROG, hint):
         try:
             return args.run(args)
-        except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError) as exc:
+        except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError, TaskError) as exc:
             return _error(str(exc))
-        except TaskError as exc:  # a task's hook broke its contract (a Ray worker's error carries it as `cause`)
-            return _error(str(getattr(exc, "cause", exc)))
         except WorkerLost as exc:  # not the user's error: the run stops at its last checkpoint
             print(f"{PROG}: error: {exc}; {hint()}", file=sys.stderr)
             return 1

@@ -77,7 +77,7 @@ class EnvHost:
     def step(self, pairs: Sequence[tuple[int, str]]) -> list[StepOut]:
         out: list[StepOut] = []
         for slot, action in pairs:
-            env = self.envs[slot][1]
+            env_id, env = self.envs[slot]
             try:
                 obs, reward, terminated, truncated, info = env.step(action)
             except TaskError:  # the task breaks its contract on every step: stop with its one line, not train on it
@@ -86,7 +86,7 @@ class EnvHost:
                 info = {"env_error": f"{type(exc).__name__}: {exc}", "won": False, "action_valid": False,
                         "traceback": traceback.format_exc(limit=5)}
                 obs, reward, terminated, truncated = f"Environment error: {exc}", 0.0, False, True
-                self._say(self.envs[slot][0], exc)
+                self._say(env_id, exc)
             out.append((obs, float(reward), bool(terminated), bool(truncated), info))
         return out
 
@@ -308,6 +308,10 @@ class RayEnvPool(EnvPool):
                 try:
                     results[w] = self._ray.get(ref)
                     break
+                except self._ray.exceptions.RayTaskError as exc:  # a task's own error: the same as in-process
+                    if isinstance(exc.cause, TaskError):
+                        raise exc.cause from None
+                    raise
                 except self._ray.exceptions.RayActorError as exc:  # died, or its node did (ActorDied/Unavailable)
                     if attempt == self.max_restarts:
                         raise lost(self._ray, exc, f"env worker {w}, replaced {self.max_restarts} times,") from None

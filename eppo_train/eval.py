@@ -201,11 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     with guard("eppo-eval", lambda: hint):
         try:
             report, _ = run(args)
-        except (UsageError, PolicyNameError, ValueError) as exc:
+        except (UsageError, PolicyNameError, ValueError, TaskError) as exc:
             print(f"eppo-eval: {exc}", file=sys.stderr)
-            return 2
-        except TaskError as exc:  # a task's hook broke its contract (a Ray worker's error carries it as `cause`)
-            print(f"eppo-eval: {getattr(exc, 'cause', exc)}", file=sys.stderr)
             return 2
         except RuntimeError as exc:  # an endpoint or worker failure: one line, not a traceback
             print(f"eppo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)
