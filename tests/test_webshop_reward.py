@@ -81,6 +81,8 @@ def test_type_reward_steps_for_weak_noun_overlap():
     assert r_type("n0 n1 n2 n3 n4") == 0.5  # 0.2: no query, category or title match
     assert r_type(" ".join(f"n{i}" for i in range(11))) == 0.1  # 1/11 < 0.1
     assert r_type("n1 n2") == 0.0  # no shared noun
+    # a repeated noun counts each time, as in the original's token list: 1 of 5 nouns is 0.2, not 1 of 4 (0.25)
+    assert r_type("n0 n1 n2 n1 n3") == 0.5
 
 
 def test_normalize_color():

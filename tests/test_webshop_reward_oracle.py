@@ -53,8 +53,8 @@ def cases(catalogue: Catalogue, goals: list[Goal], seed: int = 0):
 def differences(catalogue: Catalogue, goals: list[Goal]) -> tuple[int, list]:
     words = catalogue.type_words
 
-    def noun_list(text: str) -> list[str]:
-        return sorted(nouns(text, words))
+    def noun_list(text: str) -> list[str]:  # spaCy's noun tokens in order, repeats kept (the oracle counts them)
+        return nouns(text, words)
 
     n, diffs = 0, []
     for goal, product, chosen, price in cases(catalogue, goals):
@@ -114,3 +114,16 @@ def test_sizes_are_fuzzy_by_default_and_exact_on_request():
     assert compute_reward(product, goal, {"size": "pack of 3"}, words).reward == 1.0  # as the original
     exact = compute_reward(product, goal, {"size": "pack of 3"}, words, exact_options=("size",))
     assert exact.reward == pytest.approx(2 / 3)
+
+
+def test_a_goal_name_repeating_a_noun_is_scored_as_the_original():
+    """The original divides the shared nouns by the length of the goal's noun *list*: "Knife Block Knife Set Stand"
+    has 5 nouns, so a chef knife shares 1/5 = 0.2 (r_type 0.5), not 1/4 of the distinct ones (0.25, r_type 1)."""
+    words = frozenset({"knife", "block", "set", "stand"})
+    goal = Goal("g", "B1", "", ["sharp"], {}, 50.0, "knife block set", "Knife Block Knife Set Stand",
+                "Home > Kitchen > Knife Sets")
+    knife = Product("B2", "Acme Sharp Chef Knife", 20.0, "chef knife", "Tools > Blades", ["sharp"], {}, "", [])
+    ours = compute_reward(knife, goal, {}, words)
+    theirs = oracle.get_reward(as_webshop_product(knife), as_webshop_goal(goal), knife.price, {},
+                               lambda text: nouns(text, words))
+    assert ours.title_score == pytest.approx(0.2) and ours.r_type == 0.5 and ours.reward == theirs == 0.5

@@ -80,8 +80,10 @@ def fuzzy_match(a: str, b: str) -> bool:
     return fuzzy_score(a, b) > FUZZY_THRESHOLD
 
 
-def nouns(text: str, type_words: frozenset[str]) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w in type_words}
+def nouns(text: str, type_words: frozenset[str]) -> list[str]:
+    """The type words of `text`, in order and repeated as often as they occur: the original's noun list (spaCy's
+    tokens tagged NOUN/PROPN), whose length, duplicates included, divides the title score."""
+    return [w for w in _WORD.findall(text.lower()) if w in type_words]
 
 
 def type_reward(product: Product, goal: Goal, type_words: frozenset[str]) -> tuple[float, float, bool, bool]:
@@ -90,7 +92,8 @@ def type_reward(product: Product, goal: Goal, type_words: frozenset[str]) -> tup
     wanted = {x.strip() for x in goal.product_category.split(">")}
     category_match = len(bought & wanted) >= 2
     desired = nouns(goal.name, type_words)
-    title_score = len(nouns(product.title, type_words) & desired) / len(desired) if desired else 0.2
+    # set overlap over the list's length, as the original: "Knife Block Knife Set" wants 3 nouns, not 2
+    title_score = len(set(nouns(product.title, type_words)) & set(desired)) / len(desired) if desired else 0.2
     r_type = 1.0 if (query_match or category_match or title_score > 0.2) else 0.5
     if title_score < 0.1:
         r_type = 0.1
