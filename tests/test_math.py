@@ -132,13 +132,24 @@ HEDGES = [(".5", "5", "1/2"), ("3 4", "34", "7"), ("1\n2", "12", "2"), ("5$6", "
           ("10 0", "100", "0"), ("5/14.", "5/14", "5"), ("1/ 2 .", "1/2", "2"), ("1\n/2", "1/2", "1"),
           # a full stop just inside the closing `$`, or on both sides of it (math-verify reads "$5/14.$" as 5), and a
           # space between a number and a letter (math-verify reads "2 e 3" as 2; joined it is 2e3)
-          ("$5/14.$", "5/14", "5"), ("$5/14.$.", "5/14", "5"), ("2 e 3", "2e3", "2")]
+          ("$5/14.$", "5/14", "5"), ("$5/14.$.", "5/14", "5"), ("2 e 3", "2e3", "2"),
+          # math-verify read a percent as the number written against an integer and as a hundredth of it otherwise
+          ("50\\%", "50", "1/2"), ("50%", "50", "0.5"), ("50 pct", "50", "1/2"), ("x = 50\\%", "50", "1/2"),
+          ("\\boxed{50\\%}", "50", "1/2"), ("\\{50\\%\\}", "50", "1/2")]
 
 
 @pytest.mark.parametrize("reply, first, second", HEDGES)
 def test_one_reply_never_wins_for_two_different_answers(reply, first, second):
     assert sum(is_correct(reply, answer) for answer in (first, second)) <= 1, reply
     assert is_correct(first, first) and is_correct(second, second)  # each answer itself still wins
+
+
+def test_a_percent_sign_is_a_unit_so_the_number_written_is_the_answer():
+    # "What percent of her spools are yellow? ... Do not include units." has the answer 25, and "25%" answers it
+    assert is_correct("25\\%", "25") and is_correct("$25\\%$.", "25") and is_correct("25 percent", "25")
+    assert is_correct("-50\\%", "-50") and is_correct("2.5\\%", "2.5") and is_correct("50.0\\%", "50")
+    assert not is_correct("50\\%", "1/2") and not is_correct("2.5\\%", "0.025") and not is_correct("-50\\%", "-1/2")
+    assert is_correct("10\\% \\cdot 5", "50")  # everywhere in the answer, not only at its top
 
 
 def test_the_text_comparison_ignores_only_what_cannot_change_the_value():

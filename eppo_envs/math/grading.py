@@ -7,12 +7,17 @@ import re
 import threading
 
 from math_verify import parse, verify
+from sympy import Basic, MatrixBase, Mul, Rational, UnevaluatedExpr
 
 _SPACE_RE = re.compile(r"\s+")
 _JOINS = re.compile(r"[0-9a-z.]")  # characters a space between keeps apart (in lower-cased text)
 # math-verify bounds itself (3 s per parse, 5 s per verify) with SIGALRM, which works in a main thread only. Off
 # the main thread a child process grades instead and is killed past this deadline.
 CHILD_DEADLINE_S = 20.0
+# latex2sympy reads a percent sign ("50\\%", "50%", "50 percent", "50 pct") as this factor, which math-verify then
+# reads two ways: as the number written against an integer ("50%" = 50) and as a hundredth of it against anything
+# else ("50%" = 1/2 = 0.5), so one reply won for two answers.
+_PERCENT = UnevaluatedExpr(Rational(1, 100))
 
 
 def _as_math(text: str) -> str:
@@ -88,11 +93,22 @@ def is_correct(prediction: str, reference: str) -> bool:
     return _verify_in_child(prediction, reference)
 
 
+def _percent_as_unit(value: object) -> object:
+    """`value` with every percent sign read as a unit: "50%" is 50, against any reference. The questions ask for the
+    number without units ("What percent of her spools are yellow? ... Do not include units.": 25), and one reading
+    gives a reply one value; math-verify's two made "50%" win for both 50 and 1/2."""
+    if not isinstance(value, (Basic, MatrixBase)) or not value.has(_PERCENT):
+        return value
+    return value.replace(lambda e: isinstance(e, Mul) and _PERCENT in e.args,
+                         lambda e: Mul(*(a for a in e.args if a != _PERCENT)))
+
+
 def _verify(prediction: str, reference: str, timed: bool = True) -> bool:
     """math-verify, with its own timeouts when `timed` (main thread only)."""
     parse_kw, verify_kw = ({}, {}) if timed else ({"parsing_timeout": None}, {"timeout_seconds": None})
     try:
         gold, pred = parse(_as_math(reference), **parse_kw), parse(_as_math(prediction), **parse_kw)
+        gold, pred = [_percent_as_unit(v) for v in gold], [_percent_as_unit(v) for v in pred]
         return bool(gold and pred and verify(gold, pred, **verify_kw))
     except Exception:  # math-verify may raise on exotic input (sympy errors); a grader never crashes an episode
         return False
