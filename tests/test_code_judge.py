@@ -345,6 +345,16 @@ def test_a_failed_setup_fails_every_test_after_it(monkeypatch):
     assert obs.startswith("1/2 tests passed. Failed setup `probe = candidate('x')`") and "TypeError" in obs, obs
 
 
+def test_a_stop_iteration_from_the_solution_fails_tests_that_map_it(monkeypatch):
+    # crossing into the judge as itself, it ended the tests' `map` early: all([]) and not any([]) both held
+    tests = "def check(candidate):\n    assert all(map(candidate, [1, 2]))\n    assert not any(map(candidate, [-1]))\n"
+    env = _own_problem(monkeypatch, tests)
+    obs, reward, terminated, _, info = env.step("```python\ndef inc(x):\n    raise StopIteration\n```")
+    assert reward == 0.0 and not info["won"] and info["pass_fraction"] == 0.0 and "StopIteration" in obs, obs
+    env.reset(options={"index": 0})
+    assert env.step(f"```python\n{INC}```")[1] == 1.0  # the problem itself can be won
+
+
 def test_passed_tests_never_exceed_the_total_given(envs):
     tests = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(2) == 3\n"
     sandbox = envs["train"].unwrapped.sandbox
