@@ -11,6 +11,9 @@ from importlib import import_module
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
+from gymnasium.error import ResetNeeded
+from gymnasium.utils import RecordConstructorArgs
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,36 @@ class TaskSpec:
 _SPECS: dict[str, TaskSpec] = {}
 
 
+class EndOfEpisode(gym.Wrapper, RecordConstructorArgs):
+    """Refuses a step once the episode has ended, truncated included, until `reset()`.
+
+    A task refuses a step after it terminated (`AgentEnv.step`), but truncation is Gymnasium's `TimeLimit`, which
+    only flags it: a loop that ignored the flag played on, and a goal reached past the step cap came back as
+    reward 1 and `won` (ALFWorld with `max_episode_steps=2` won on step 4). Every `make` of a registered task wears
+    this wrapper outside the `TimeLimit`, so an episode past its cap raises `ResetNeeded` as a finished one does.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self._ended = False
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self._ended = False
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        if self._ended:
+            raise ResetNeeded("the episode has ended (terminated or truncated at its step limit); call reset() "
+                              "before step()")
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self._ended = bool(terminated or truncated)
+        return observation, reward, terminated, truncated, info
+
+
+_END_OF_EPISODE = WrapperSpec("EndOfEpisode", f"{__name__}:EndOfEpisode", {})
+
+
 def register(
     env_id: str,
     entry_point: str | Callable[..., gym.Env],
@@ -37,7 +70,8 @@ def register(
     """Register a task with Gymnasium and with EPPO's list. `entry_point` may be "module:Class" (imported lazily)."""
     if "/" not in env_id:
         raise ValueError(f"task ids are namespaced, e.g. 'eppo/{env_id}' or 'mylab/{env_id}'")
-    gym.register(id=env_id, entry_point=entry_point, max_episode_steps=max_episode_steps, kwargs=kwargs)
+    gym.register(id=env_id, entry_point=entry_point, max_episode_steps=max_episode_steps, kwargs=kwargs,
+                 additional_wrappers=(_END_OF_EPISODE,))
     spec = TaskSpec(env_id, task, description, max_episode_steps, dict(kwargs))
     _SPECS[env_id] = spec
     return spec
