@@ -42,3 +42,24 @@ def test_the_remote_session_refuses_a_step_past_the_cap():
     with pytest.raises(ResetNeeded):  # the server answers 409, as after a terminated episode
         session.step(TextAction(text=session.env.unwrapped.expert_action()))
     session.close()
+
+
+@pytest.fixture(scope="module")
+def alfworld():
+    env = eppo_envs.make("eppo/ALFWorld-v0", split="valid_unseen")
+    yield env
+    env.close()
+
+
+def test_alfworld_reads_a_bare_command_only_from_a_reply_without_tags(alfworld):
+    _, info = alfworld.reset(seed=0)
+    target = [a for a in info["admissible_actions"] if a.startswith("go to ")][1]
+    # an unclosed tag, or another tool's, is not a command even when its last line is one (it was applied)
+    for reply in (f"<action>\n{target}", f"<think>x</think><action>\n{target}\n", f"<answer>\n{target}",
+                  f"<search>x</search>\n{target}", f"</action>\n{target}"):
+        obs, reward, terminated, _, info = alfworld.step(reply)
+        assert not info["action_valid"] and "command" not in info and "You arrive" not in obs, reply
+    for reply in (target, f"I will move.\n{target}", f"<think>plan</think>\n{target.upper()}."):  # still tolerated
+        alfworld.reset(seed=0)
+        obs, _, _, _, info = alfworld.step(reply)
+        assert info["action_valid"] and info["command"] == target and obs.startswith("You arrive"), reply

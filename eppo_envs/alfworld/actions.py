@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from eppo_envs.core.parsing import find_tags, parse_tool_call, strip_think
+from eppo_envs.core.parsing import TOOL_TAGS, parse_tool_call, strip_think
 
 _SPACES = re.compile(r"\s+")
+# Any tool tag, opened or closed: a reply with one is tagged (well or badly), so no bare-command fallback reads it.
+_ANY_TAG = r"</?(?:{})>"
 _PUT = re.compile(r"^put (.+?) (?:in|on|in/on|into|onto) (.+)$")
 
 
@@ -47,8 +49,10 @@ def read_command(text: str, admissible: list[str], tag: str = "action") -> Comma
     if call.valid:
         found = match(call.content, admissible)
         return Command(found or normalise(call.content), found is not None)
-    if not find_tags(text, (tag,)):
-        body = strip_think(text).strip()
+    body = strip_think(text).strip()
+    # Only a reply with no tag at all is read bare: "<action>\ngo to desk 1" never closed its tag, and its last
+    # line was taken as the command (an unclosed tag is invalid in every task).
+    if not re.search(_ANY_TAG.format("|".join(map(re.escape, {*TOOL_TAGS, tag}))), body, re.IGNORECASE):
         lines = [line for line in body.splitlines() if line.strip()]
         for candidate in ([body] if body else []) + lines[-1:]:
             found = match(candidate, admissible)
