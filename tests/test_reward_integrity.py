@@ -63,3 +63,49 @@ def test_alfworld_reads_a_bare_command_only_from_a_reply_without_tags(alfworld):
         alfworld.reset(seed=0)
         obs, _, _, _, info = alfworld.step(reply)
         assert info["action_valid"] and info["command"] == target and obs.startswith("You arrive"), reply
+
+
+@pytest.fixture
+def frame_shop(tmp_path, monkeypatch):
+    """WebShop's file format with option values outside ASCII, as Amazon's sizes often are ("4\u00d76")."""
+    import json
+
+    monkeypatch.setenv("EPPO_CACHE_DIR", str(tmp_path / "cache"))
+
+    def item(asin: str, name: str, sizes: list[str]) -> dict:
+        return {"asin": asin, "name": name, "query": "photo frame", "category": "home",
+                "product_category": "Home \u203a Decor \u203a Frames", "full_description": name, "pricing": "$10.00",
+                "small_description": ["wood"], "customization_options": {"Size": [{"value": s} for s in sizes]}}
+
+    files = {
+        "items": [item("B0FRAME001", "Wood Photo Frame", ["4\u00d76", "5\u00d77", "8\u00d710"]),
+                  item("B0FRAME002", "Metal Photo Frame", ["4x6"])],
+        "attributes": {"B0FRAME001": {"attributes": ["wood"]}, "B0FRAME002": {"attributes": ["metal"]}},
+        "human": {"B0FRAME001": [{"instruction": f"a wood photo frame, {size}", "instruction_attributes": ["wood"],
+                                  "instruction_options": [size]} for size in ("4\u00d76", "5\u00d77")]},
+    }
+    for name, data in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    env = eppo_envs.make("eppo/WebShop-v0", split="test", items_path=str(tmp_path / "items.json"),
+                         attributes_path=str(tmp_path / "attributes.json"),
+                         human_instructions_path=str(tmp_path / "human.json"))
+    yield env
+    env.close()
+
+
+def test_webshop_scores_the_chosen_value_not_its_printable_label(frame_shop):
+    """The page shows "4\u00d76" as [4x6]; buying it for a "4\u00d76" goal scored 2/3 (the label "4x6" against the
+    goal's "4\u00d76", which thefuzz reads as "46"), where WebShop, comparing the product's own value, gives 1."""
+    from eppo_envs.core import expert_policy, play_episode
+
+    for split in ("test", "train"):
+        for pick, right in ((None, True), ("8x10", False)):
+            _, info = frame_shop.reset(seed=0, options={"split": split})
+            wanted = next(iter(frame_shop.unwrapped.goal.options.values())).replace("\u00d7", "x")
+            frame_shop.step("<action>search[wood photo frame]</action>")
+            frame_shop.step("<action>click[B0FRAME001]</action>")
+            obs, *_ = frame_shop.step(f"<action>click[{pick or wanted}]</action>")
+            assert f"[{pick or wanted}] (selected)" in obs
+            _, reward, terminated, _, info = frame_shop.step("<action>click[buy now]</action>")
+            assert terminated and info["won"] is right and reward == (1.0 if right else pytest.approx(2 / 3)), split
+        assert play_episode(frame_shop, expert_policy(frame_shop), seed=0, split=split).won

@@ -85,7 +85,10 @@ class ShopSession:
         self.kind, self.asin, self.options = "item", button.text, {}
 
     def _option(self, button: Element) -> None:
-        self.options[button.group] = button.text
+        # The product's own value, not its printable label: the reward compares values as the original does, and
+        # a label's transliteration ("4\u00d76" shown as "4x6") scored the right option of WebShop's files as wrong.
+        values = self.product.options.get(button.group, [])
+        self.options[button.group] = next((v for v in values if clean(v) == button.text), button.text)
 
     def _sub(self, button: Element) -> None:
         self.kind = button.text.lower()
@@ -130,8 +133,7 @@ class ShopSession:
         elements = [self._instruction(), Element("nav", BACK_TO_SEARCH), Element("nav", PREV_PAGE)]
         for dim, values in product.options.items():
             elements.append(_text(f"{dim}:"))
-            elements += [Element("option", clean(v), group=dim, selected=self.options.get(dim) == clean(v))
-                         for v in values]
+            elements += [Element("option", clean(v), group=dim, selected=self.options.get(dim) == v) for v in values]
         elements += [_text(product.title), _text(f"Price: {product.price_tag}"), _text(f"Rating: {product.rating}")]
         elements += [Element("sub", name) for name in SUB_PAGES]
         elements.append(Element("buy", BUY_NOW))
