@@ -235,10 +235,11 @@ class RayWorkers:
         import ray
 
         from eppo_train.envpool import check_resources
-        from eppo_train.policy.models import load_tokenizer
+        from eppo_train.policy.models import check_model, load_tokenizer
 
         self._ray = ray
         r = cfg.ray
+        check_model(cfg.model.name)  # here, not in the actors: a broken folder is then one line naming it, exit 2
         check_resources("ray.generator_resources", r.generator_resources)
         check_resources("ray.learner_resources", r.learner_resources)
         # The driver may be a CPU-only head: whether to ask for GPUs is the cluster's answer, not the driver's.

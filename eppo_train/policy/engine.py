@@ -130,9 +130,11 @@ def _text_config(model: str):  # noqa: ANN202  (a transformers PretrainedConfig,
     """The language model's config of `model`, and its attention head size."""
     from transformers import AutoConfig
 
-    from eppo_train.policy.models import resolve_model
+    from eppo_train.policy.models import loading, resolve_model
 
-    cfg = AutoConfig.from_pretrained(resolve_model(model)).get_text_config()  # the language model's part
+    path = resolve_model(model)
+    with loading(path):
+        cfg = AutoConfig.from_pretrained(path).get_text_config()  # the language model's part
     return cfg, getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 

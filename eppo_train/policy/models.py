@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from eppo_train.policy.precision import resolve_dtype
@@ -23,6 +26,22 @@ TINY_MODEL_NAME = "tiny-llama-smollm2-tok"
 
 class ModelNotFoundError(ValueError):
     """A model name or path that resolves to nothing usable (a user error: reported in one line)."""
+
+
+@contextmanager
+def loading(what: str) -> Iterator[None]:
+    """Turn transformers' errors on a folder that is not a loadable model (a config.json that is not JSON, no or
+    truncated weights, a broken tokenizer.json) into one `ModelNotFoundError` naming the folder: each was a 40-line
+    traceback from eppo-train and eppo-eval. The library's message is kept, its lines joined into one."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError, pickle.UnpicklingError) as exc:
+        if isinstance(exc, ModelNotFoundError):
+            raise
+        text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+        raise ModelNotFoundError(f"{what}: cannot load it as a transformers model: {text}") from exc
 
 
 def _offline() -> None:
@@ -140,11 +159,38 @@ def load_tokenizer(path_or_name: str | os.PathLike[str]):
     _offline()
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(path_or_name), local_files_only=True)
+    path = resolve_model(path_or_name)
+    with loading(path):
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def check_model(path_or_name: str | os.PathLike[str]) -> str:
+    """`resolve_model`, then check without loading the tensors that the folder would load: its config, its tokenizer
+    and each safetensors file's header (a truncated file fails here). Why: a Ray run loads the model inside its
+    actors, where a broken folder was 'the generator or learner actor could not start' naming a temporary copy, exit
+    1; checked in the driver first it is the user's error, on the user's path, exit 2. A hub id is left alone."""
+    path = resolve_model(path_or_name)
+    folder = Path(path)
+    if not folder.is_dir():
+        return path
+    _offline()
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    with loading(path):
+        AutoConfig.from_pretrained(path, local_files_only=True)
+        load_tokenizer(path)
+        weights = sorted(folder.glob("*.safetensors"))
+        if not weights and not any(folder.glob("pytorch_model*.bin")):
+            raise OSError(f"no model.safetensors or pytorch_model.bin in {path}")
+        for file in weights:
+            with safe_open(str(file), "pt"):
+                pass
+    return path
 
 
 def _no_weight_bars() -> None:
@@ -170,5 +216,7 @@ def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", dev
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
     if torch_dtype is None:
         raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(path_or_name), dtype=torch_dtype, local_files_only=True)
+    path = resolve_model(path_or_name)
+    with loading(path):
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
     return model.to(device).eval()
