@@ -11,7 +11,7 @@ from test_webshop_files import webshop_files  # noqa: F401  (fixture: tiny files
 
 from eppo_envs.webshop.catalogue import Catalogue, Goal, Product, generate
 from eppo_envs.webshop.real_data import load_webshop_files
-from eppo_envs.webshop.reward import compute_reward, fuzzy_score, normalize_color, nouns
+from eppo_envs.webshop.reward import compute_reward, fuzzy_match, fuzzy_score, normalize_color, nouns
 
 
 def as_webshop_product(p: Product) -> dict:
@@ -91,6 +91,25 @@ def test_fuzzy_scoring_is_thefuzz_0_19s():
     for a, b in pairs:
         assert fuzzy_score(a, b) == oracle.token_set_ratio(a, b), (a, b)
     assert fuzzy_score("Vegan", "vegan") == 100 and fuzzy_score("long-lasting", "long lasting") == 100
+
+
+def test_typos_are_scored_with_difflib_as_thefuzz_0_19_does(catalogue):
+    """Human goals have typos. rapidfuzz (longest common subsequence) gave "aluminum free" ~ "almuium free" 88, a
+    match, where WebShop's thefuzz (difflib's longest blocks) gives 72; every 1-2 letter deletion or swap of the
+    catalogue's option values and attributes now scores as the oracle does."""
+    assert (fuzzy_score("aluminum free", "almuium free"), fuzzy_score("12 piece", "12 pecie")) == (72, 75)
+    assert not fuzzy_match("aluminum free", "almuium free") and fuzzy_match("aluminum free", "aluminium free")
+
+    def typos(text: str) -> set[str]:
+        return {text[:i] + text[i + 1:] for i in range(len(text))} | {
+            text[:i] + text[i + 1] + text[i] + text[i + 2:] for i in range(len(text) - 1)}
+
+    values = sorted({v for p in catalogue.products for vs in p.options.values() for v in vs}
+                    | {a for p in catalogue.products for a in p.attributes})
+    pairs = [(v, t) for v in values for once in typos(v) for t in {once, *typos(once)}]
+    assert len(pairs) > 50_000
+    wrong = [(a, b) for a, b in pairs if fuzzy_match(a, b) != (oracle.token_set_ratio(a, b) > 85)]
+    assert wrong == [], wrong[:5]
 
 
 def test_wrong_colour_of_the_right_product_is_not_rescued_by_the_title():

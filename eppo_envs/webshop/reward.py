@@ -9,7 +9,8 @@
 - r_type: 1, 0.5, 0.1 or 0 from query equality, category-path overlap and the overlap of nouns in the names.
 
 Fuzzy means thefuzz's `token_set_ratio(a, b) > 85` as the original scores it: both strings lower-cased, stripped
-of characters U+0080-U+00FF (thefuzz's `force_ascii`) and of punctuation, and the score rounded to an integer.
+of characters U+0080-U+00FF (thefuzz's `force_ascii`) and of punctuation, the ratios difflib's (thefuzz 0.19
+without python-Levenshtein, as WebShop installs it) and rounded to integers.
 The one deliberate difference: the original tags nouns with spaCy's large model; here a name's nouns are its
 words that name product types (`Catalogue.type_words`), which is exact for the generated catalogue.
 `exact_options=("size",)` matches those dimensions by exact (colour-normalised) value instead, as an older
@@ -21,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 from rapidfuzz import fuzz
 
@@ -71,12 +73,34 @@ def _process(text: str) -> str:
     return _NON_WORD.sub(" ", text.translate(_LATIN1)).lower().strip()
 
 
+def _ratio(a: str, b: str) -> int:
+    """thefuzz 0.19's `fuzz.ratio` as WebShop runs it (no python-Levenshtein): difflib's Ratcliff-Obershelp ratio."""
+    if a == b:
+        return 100
+    if not a or not b:
+        return 0
+    return int(round(100 * SequenceMatcher(None, a, b).ratio()))
+
+
 def fuzzy_score(a: str, b: str) -> int:
-    """thefuzz's `fuzz.token_set_ratio(a, b)`: rapidfuzz's score on processed strings, rounded as thefuzz does."""
-    return int(round(fuzz.token_set_ratio(a, b, processor=_process)))
+    """thefuzz 0.19's `fuzz.token_set_ratio(a, b)`: the best ratio among the shared tokens and each side's tokens
+    (sorted, after the shared ones). rapidfuzz's score is not it: it counts the longest common subsequence, which
+    difflib's greedy longest-block matching can miss ("aluminum free" ~ "almuium free": 88 there, 72 here)."""
+    p1, p2 = _process(a), _process(b)
+    if not p1 or not p2:
+        return 0
+    t1, t2 = set(p1.split()), set(p2.split())
+    sect = " ".join(sorted(t1 & t2))
+    c12 = f"{sect} {' '.join(sorted(t1 - t2))}".strip()
+    c21 = f"{sect} {' '.join(sorted(t2 - t1))}".strip()
+    return max(_ratio(sect, c12), _ratio(sect, c21), _ratio(c12, c21))
 
 
 def fuzzy_match(a: str, b: str) -> bool:
+    # rapidfuzz's score bounds thefuzz's from above (difflib's matching blocks are one common subsequence, never
+    # longer than the longest), so it rules most pairs out at C speed; the rest get the exact score.
+    if round(fuzz.token_set_ratio(a, b, processor=_process)) <= FUZZY_THRESHOLD:
+        return False
     return fuzzy_score(a, b) > FUZZY_THRESHOLD
 
 
