@@ -109,3 +109,34 @@ def test_webshop_scores_the_chosen_value_not_its_printable_label(frame_shop):
             _, reward, terminated, _, info = frame_shop.step("<action>click[buy now]</action>")
             assert terminated and info["won"] is right and reward == (1.0 if right else pytest.approx(2 / 3)), split
         assert play_episode(frame_shop, expert_policy(frame_shop), seed=0, split=split).won
+
+
+def test_searchqa_user_answers_are_text_and_never_empty_once_normalised(tmp_path, caplog):
+    """A numeric golden answer crashed the answer step ('int' object has no attribute 'lower'); a golden answer
+    that normalises to "" ("The The") was won by '<answer>a</answer>', as by any article or punctuation."""
+    import json
+    import logging
+
+    monkey_cache = tmp_path / "cache"
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "1", "contents": '"Ulmo Bay"\nUlmo Bay was founded in 1987 by The The.'}))
+    rows = [{"question": f"When was Ulmo Bay founded? ({i})", "golden_answers": [1987]} for i in range(10)]
+    rows += [{"question": "Which band founded Ulmo Bay?", "golden_answers": ["The The"]},  # nothing left: skipped
+             {"question": "Who sang in The The?", "golden_answers": ["The", "Matt Johnson"], "split": "test"}]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.WARNING):
+        mp.setenv("EPPO_CACHE_DIR", str(monkey_cache))
+        env = eppo_envs.make("eppo/SearchQA-v0", split="test", corpus="user", corpus_path=str(corpus), qa_path=str(qa))
+    assert "dropped 2 golden answers that normalise to nothing" in caplog.text and "1 questions" in caplog.text
+    questions = env.unwrapped.source.questions
+    assert sum(len(q) for q in questions.values()) == 11
+    assert not any("Which band" in q.question for q in questions["train"] + questions["test"])
+    for seed, question in enumerate(questions["test"]):
+        for reply, won in (("<answer>a</answer>", False), ("<answer>.</answer>", False),
+                           (f"<answer>{question.answers[0]}</answer>", True)):
+            env.reset(seed=seed)
+            _, reward, terminated, _, info = env.step(reply)
+            assert terminated and info["won"] is won and reward == float(won), (question, reply)
+    assert {a for q in questions["test"] for a in q.answers} == {"1987", "Matt Johnson"}
+    env.close()

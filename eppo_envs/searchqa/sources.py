@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import eppo_envs.searchqa.kb  # noqa: F401  (registers the corpus)
 import eppo_envs.searchqa.wordnet  # noqa: F401
+from eppo_envs.searchqa.answers import normalize_answer
 from eppo_envs.searchqa.corpus import SPLITS, Question, built_corpus, corpus_retriever, read_documents
 from eppo_envs.tools.retriever import Document, Retriever, document_from_json
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,9 +111,14 @@ def read_user_questions(qa_path, name: str) -> dict[str, list[Question]]:
     """NQ/HotpotQA JSONL as Search-R1 ships it: `question` and `golden_answers` (or `answer`/`answers`).
 
     One file: a `split` field decides, else every tenth question is `test`. A dict gives a file per split.
+    Answers are read as text (HotpotQA-style files may hold numbers). A golden answer that the normalisation
+    empties ("The The", "-") is dropped, and a question left with none is skipped, both with a warning: exact
+    match would let any answer made of articles or punctuation ("a", ".") win it.
     """
     files = qa_path if isinstance(qa_path, dict) else {None: qa_path}
     rows: list[tuple[str | None, dict]] = []
+    unscorable: list[str] = []
+    skipped = 0
     for split, file in files.items():
         file = Path(file)
         if not file.is_file():
@@ -118,15 +127,28 @@ def read_user_questions(qa_path, name: str) -> dict[str, list[Question]]:
             for n, line in enumerate(f):
                 if not line.strip():
                     continue
-                data = json.loads(line)
-                answers = data.get("golden_answers", data.get("answers", data.get("answer")))
-                if "question" not in data or not answers:
+                try:
+                    data = json.loads(line)
+                    answers = data.get("golden_answers", data.get("answers", data.get("answer")))
+                except (json.JSONDecodeError, AttributeError) as exc:
+                    raise ValueError(f"{file}:{n + 1}: not a JSON object ({exc})") from None
+                if "question" not in data or answers in (None, "", []):
                     raise ValueError(f"{file}:{n + 1}: needs 'question' and 'golden_answers'")
-                rows.append((split or data.get("split"), {"q": data["question"], "a": answers}))
+                given = [str(a) for a in answers] if isinstance(answers, list) else [str(answers)]
+                kept = [a for a in given if normalize_answer(a)]
+                unscorable += [a for a in given if not normalize_answer(a)]
+                if kept:
+                    rows.append((split or data.get("split"), {"q": data["question"], "a": kept}))
+                else:
+                    skipped += 1
+    if unscorable:
+        log.warning("%s: dropped %d golden answers that normalise to nothing (e.g. %r), so 'a' or '.' cannot match "
+                    "them; %d questions had no other and were skipped", qa_path, len(unscorable), unscorable[0],
+                    skipped)
     questions: dict[str, list[Question]] = {s: [] for s in SPLITS}
     for n, (split, row) in enumerate(rows):
         split = split if split in SPLITS else ("test" if n % 10 == 0 else "train")
-        answers = tuple(row["a"]) if isinstance(row["a"], list) else (str(row["a"]),)
+        answers = tuple(row["a"])
         index = len(questions[split])
         questions[split].append(Question(f"{name}/{split}/{index:05d}", split, str(row["q"]), answers, "user"))
     return questions
