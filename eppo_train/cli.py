@@ -30,10 +30,12 @@ def _error(msg: str) -> int:
 
 # ---------------------------------------------------------------- train
 def add_train(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="a shipped config name (tiny, default) or a YAML path")
+    p.add_argument("--config", default=None,
+                   help="a shipped config name (tiny, default, ...) or a YAML path (default: default)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set algo.name=grpo (repeatable)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR from its latest checkpoint (with its saved config; --set only)")
     p.add_argument("--ray-address", help="join a Ray cluster (e.g. auto or host:6379) instead of a local Ray")
 
 
@@ -49,13 +51,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides += [f"ray.address={args.ray_address}", "ray.enabled=true"]
     if args.resume:
         run_dir = Path(args.resume)
+        if args.config:  # it was ignored: the run went on with its saved config, not the one the user named
+            return _error(f"--resume {run_dir} continues with the run's saved config; change keys with --set, "
+                          "not --config")
         if not (run_dir / "config.yaml").is_file():
             return _error(f"{run_dir} is not a run directory (no config.yaml)")
         # the saved config, with the run's location pinned to where it is now
         overrides = [f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}", *overrides]
         cfg = load_run_config(run_dir / "config.yaml", overrides)
     else:
-        cfg = load_config(args.config, overrides)
+        # `default`, not the dataclasses' defaults: those name example/GuessNumber-v0 without the module that
+        # registers it, so a bare `eppo-train` was "unknown task 'example/GuessNumber-v0'"
+        cfg = load_config(args.config or "default", overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
     check_run_dir(cfg, bool(args.resume))
     if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
@@ -161,6 +168,9 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     if args.resume:
         run_dir = Path(args.resume)
+        if args.config:  # it was ignored: the run went on with its saved config, not the one the user named
+            return _error(f"--resume {run_dir} continues with the run's saved config; change keys with --set, "
+                          "not --config")
         if not (run_dir / "config.yaml").is_file():
             return _error(f"{run_dir} is not a pipeline run directory (no config.yaml)")
         if holds_run(run_dir) and not (run_dir / "pipeline.json").exists():  # a pipeline's trainer writes rl/

@@ -321,6 +321,10 @@ def resolve_path(name_or_path: str) -> Path:
 def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
+    except UnicodeDecodeError:  # a binary file given as --config: a traceback before this
+        raise ConfigError(f"{path}: not a UTF-8 text file (a YAML config is text)") from None
+    except OSError as exc:  # unreadable (permissions, a folder, an I/O error)
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):

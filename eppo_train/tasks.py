@@ -34,6 +34,20 @@ class TaskSlot:
         return ContextMode(self.cfg.context, self.cfg.window if self.cfg.context == "window" else 0)
 
 
+# The shipped examples register their ids only when imported (so they stay out of `eppo-envs list`): a config that
+# names one without its module (a YAML without an env section gets the dataclass default, example/GuessNumber-v0)
+# is told which module to import.
+EXAMPLE_MODULES = {"example/GuessNumber-v0": "eppo_envs.example.guess_number",
+                   "example/Bandit-v0": "eppo_envs.example.bandit"}
+
+
+def _module_hint(env_id: str) -> str:
+    module = EXAMPLE_MODULES.get(env_id)
+    if module:
+        return f"it is registered by {module}: add env.imports: [{module}]"
+    return "a task of your own is registered by the module you name in env.imports"
+
+
 def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     """Import task modules, check every id, and register a run-local variant where a task sets its own name,
     kwargs or turn limit (so two settings of one env are two tasks, and Ray workers rebuild them from the spec)."""
@@ -45,7 +59,8 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
     slots, labels = [], set()
     for i, t in enumerate(cfg.env.tasks):
         if t.id not in gym.registry:
-            raise ConfigError(f"env.tasks.{i}.id: unknown task {t.id!r} (registered: {', '.join(eppo_envs.tasks())})")
+            raise ConfigError(f"env.tasks.{i}.id: unknown task {t.id!r} (registered: {', '.join(eppo_envs.tasks())}; "
+                              f"{_module_hint(t.id)})")
         label = t.name or task_label(t.id)
         if label in labels:
             raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
