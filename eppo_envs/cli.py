@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable
 
@@ -231,8 +232,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame) -> None:  # noqa: ANN001  (a frame)
+    """SIGTERM as Ctrl-C (it killed the command silently, exit 143, its envs' `finally` blocks unrun), and either
+    signal only once: a second one while the envs close (a browser, a sandbox) would cut their cleanup short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # `serve` installs its own handlers while it serves (a server's stop is exit 0) and puts these back after. A
+    # signal ignored from the start (a `nohup` or a background job's SIGINT) stays ignored, as Unix intends.
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         _load_plugins(args.imports)
         return args.func(args)
@@ -242,9 +255,12 @@ def main(argv: list[str] | None = None) -> int:
         # rich would wrap a long line at the terminal's width.
         print(f"eppo-envs: error: {_message(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: the envs closed on the way out (run_expert's finally); one line, no traceback
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the envs closed on the way out (run_expert's finally); one line
         print("eppo-envs: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,45 @@ def test_ctrl_c_is_one_line_and_exit_130():
     assert err.strip().splitlines() == ["eppo-envs: interrupted"] and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args", [["expert", "guess_number", "--episodes", "100000000"],
+                                  ["play", "guess_number", "--seed", "1"]], ids=["expert", "play"])
+def test_sigterm_is_an_interrupt_too(args):
+    """SIGTERM (a `kill`, a supervisor's stop) ended eppo-envs silently, killed by the signal (exit 143), with its
+    envs' clean-up unrun; it is Ctrl-C's one line and exit 130, as in eppo-train and eppo-eval."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if args[0] == "play":
+        assert proc.stdout.readline().startswith("== ")  # the game has started; the prompt waits for input
+    else:
+        time.sleep(6)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines() == ["eppo-envs: interrupted"]
+
+
+def test_a_signal_ignored_from_the_start_stays_ignored():
+    # a background job's SIGINT (and nohup's SIGHUP-like intent): installing the interrupt handler must not undo it
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, "expert", "guess_number", "--episodes",
+                             "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    time.sleep(6)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(2)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines() == ["eppo-envs: interrupted"]
+
+
 def test_ctrl_c_at_the_play_prompt_is_an_interrupt_and_ctrl_d_a_quit():
     """Ctrl-C at `play`'s prompt ended the game with exit 0, like 'quit'; it is an interrupt (one line, exit 130),
     Ctrl-D (end of input) is the player's quit (exit 0)."""
