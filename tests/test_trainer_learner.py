@@ -193,3 +193,42 @@ def test_the_pacers_bounds_reach_the_loss_inputs(model_path):
     assert batch[0].task == "high" and batch[1].task == "low"
     assert torch.allclose(b["lo"][0, :n0], torch.tensor(0.1)) and torch.allclose(b["hi"][0, :n0], torch.tensor(0.3))
     assert torch.allclose(b["lo"][1, :n1], torch.tensor(0.2)) and torch.allclose(b["hi"][1, :n1], torch.tensor(0.28))
+
+
+def _first_step_ratios(learner: Learner, batch: list[Sample]) -> list[float]:
+    """max |ratio - 1| the loss sees in each micro-batch of one step with lr 0 (the weights never move)."""
+    from eppo_train.losses import LossSpec
+
+    for group in learner.optimizer.param_groups:
+        group["lr"] = 0.0
+    seen: list[float] = []
+    fn = learner.spec.fn
+
+    def spy(inp):  # noqa: ANN001, ANN202
+        m = inp.mask > 0
+        seen.append(float((torch.exp(inp.logprobs.detach() - inp.old_logprobs)[m] - 1).abs().max()))
+        return fn(inp)
+
+    learner.spec = LossSpec(spy, learner.spec.eps_low, learner.spec.eps_high, learner.spec.agg, learner.spec.paced)
+    learner.train_step(batch)
+    return seen
+
+
+@pytest.mark.parametrize("top", [0, 1])  # 1: the optimizer passes run the top block from the cached states
+def test_old_logprobs_come_from_the_batches_the_optimizer_passes_run(model_path, monkeypatch, top):
+    # Under bf16 autocast a row's log-probs depend on the batch it runs in (padding width, matmul shapes): old
+    # log-probs from one big no-grad batch made the ratios of the first, on-policy step differ from 1 by up to 0.2
+    # on SmolLM2, where the clip then acts on rounding noise. The no-grad pass must run the very micro-batches of
+    # the first epoch, so with the weights kept (lr 0) every ratio of every mini-batch is exactly 1.
+    import eppo_train.learner as learner_module
+
+    monkeypatch.setattr(learner_module, "use_cpu_autocast", lambda asked: True)  # bf16 even where it is emulated
+    batch = make_batch(3, n=12)
+    for i, s in enumerate(batch):  # rows of very different lengths: padding widths differ between batchings
+        s.input_ids = s.input_ids + [17 + i] * (9 * i)
+        s.loss_mask = s.loss_mask + [1] * (9 * i)
+        s.old_logprobs = s.old_logprobs + [0.0] * (9 * i)
+    cfg = cfg_for(**{"algo.name": "eppo", "learner.mini_batches": 3, "learner.micro_batch_tokens": 200,
+                     "learner.bf16_autocast_cpu": "true", "learner.train_top_layers": top})
+    seen = _first_step_ratios(Learner(cfg), batch)
+    assert len(seen) > 3 and max(seen) == 0.0, seen
