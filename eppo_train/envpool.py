@@ -194,6 +194,35 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
                               "ray.address unset (no --ray-address) for a local Ray") from None
     else:
         ray.init(num_cpus=num_cpus, resources=resources or None, include_dashboard=False, **kwargs)
+    _hush_death_reports(ray)
+
+
+# The opening words of the reports Ray's raylet publishes to the driver when one of its processes dies under it
+# (`kill -9`, the OOM killer): its driver prints them on stdout, whenever they arrive, as a paragraph ("A worker
+# died...", with lease and worker ids and an OOM how-to) or as the raylet's last 20 log lines. The command says each
+# such death itself in one line (`lost()` for the generator and learner, `RayEnvPool` for a replaced env worker), so
+# Ray's report came as a second story, after the command's one line as often as before it.
+RAY_DEATH_REPORTS = ("A worker died or was killed", "Raylet is terminated")
+
+
+def _hush_death_reports(ray: Any) -> None:
+    """Drop the raylet's death reports from what Ray's driver prints (its other messages pass as they were).
+    Ray has no setting for it: its error listener calls `ray._private.worker.print_to_stdstream` by name, which is
+    wrapped here, once (where that function is gone, nothing changes)."""
+    import ray._private.worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "hushes_death_reports", False):
+        return
+
+    def print_to_stdstream(data: dict, ignore_prefix: bool) -> None:
+        lines = [str(line).lstrip() for line in data.get("lines", [])]
+        if data.get("pid") == "raylet" and lines and all(line.startswith(RAY_DEATH_REPORTS) for line in lines):
+            return
+        original(data, ignore_prefix)
+
+    print_to_stdstream.hushes_death_reports = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -315,13 +344,14 @@ class RayEnvPool(EnvPool):
                 except self._ray.exceptions.RayActorError as exc:  # died, or its node did (ActorDied/Unavailable)
                     if attempt == self.max_restarts:
                         raise lost(self._ray, exc, f"env worker {w}, replaced {self.max_restarts} times,") from None
-                    self._replace(w)
+                    self._replace(w, str(lost(self._ray, exc, f"env worker {w}")))
                     ref = getattr(self.workers[w], method).remote(per_worker[w])
             self.sent_bytes += wire_bytes(per_worker[w]) + wire_bytes(results[w])
         return results
 
-    def _replace(self, w: int) -> None:
-        """A fresh actor for worker `w`, with its episodes rebuilt from their seeds and past actions."""
+    def _replace(self, w: int, why: str) -> None:
+        """A fresh actor for worker `w`, with its episodes rebuilt from their seeds and past actions; `why` (the
+        death, one line) is said on stderr, as the rollout goes on without it otherwise showing."""
         self.restarts += 1
         try:
             self._ray.kill(self.workers[w])
@@ -329,6 +359,8 @@ class RayEnvPool(EnvPool):
             pass
         self.workers[w] = self._spawn()
         items = [(s.job, s.spec, list(s.actions)) for s in self.slots.values() if s.worker == w]
+        print(f"warning: {why}; a new one replays its {len(items)} episodes and the rollout goes on",
+              file=sys.stderr, flush=True)
         t0 = time.monotonic()
         try:  # the replacement waits for a node with the workers' resources; none left would mean waiting forever
             self._ray.get(self.workers[w].replay.remote(items), timeout=self.respawn_timeout_s)

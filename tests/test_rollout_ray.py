@@ -138,3 +138,32 @@ def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
         assert "\n" not in str(err.value)
     finally:
         pool.close()
+
+
+def test_an_env_worker_killed_by_a_signal_is_one_warning_line_and_no_ray_report(ray_session, capfd):
+    """`kill -9` (or the OOM killer) on an env worker: the rollout goes on (replayed), and the user reads one line
+    saying so. Ray's raylet published its own report of the death, which its driver printed on stdout a second or
+    so later, whatever the command was printing then: a paragraph of lease and worker ids and an OOM how-to (or,
+    for a dead raylet, its last 20 log lines), after eppo-train's one-line error as often as before it."""
+    import os
+    import signal
+
+    pool = RayEnvPool(1)
+    try:
+        jobs = [EnvJob(slot, ENV, "test", 5) for slot in range(2)]
+        reference = LocalEnvPool()
+        assert pool.reset(jobs) == reference.reset(jobs)
+        assert pool.step([0, 1], ["<answer>50</answer>"] * 2) == reference.step([0, 1], ["<answer>50</answer>"] * 2)
+        victim = pool.workers[0]
+        os.kill(ray.get(victim.__ray_call__.remote(lambda host: os.getpid())), signal.SIGKILL)
+        _wait_until_dead(victim)
+        assert pool.step([0, 1], ["<answer>25</answer>"] * 2) == reference.step([0, 1], ["<answer>25</answer>"] * 2)
+        assert pool.restarts == 1
+        time.sleep(5)  # the raylet's report reaches the driver asynchronously (about a second, measured)
+    finally:
+        pool.close()
+    out, err = capfd.readouterr()
+    assert "died" not in out and "raylet" not in out and "raylet" not in err, (out, err)
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: the env worker 0 died (its process ended: killed, out of memory, or its node went "
+                        "away); a new one replays its 2 episodes and the rollout goes on"], err
