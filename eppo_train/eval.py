@@ -132,6 +132,24 @@ def _unwritable(path: Path) -> bool:
     return not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)
 
 
+def _device_problem(device: str | None) -> str | None:
+    """Why `--device` cannot be used here, or None. `--device cuda` on a CPU-only torch was an AssertionError
+    traceback ("Torch not compiled with CUDA enabled") from the model load, a misspelt one torch's RuntimeError."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"--device {device!r}: not a torch device (cpu, cuda, cuda:1, ...)"
+    if parsed.type == "cuda" and (parsed.index or 0) >= torch.cuda.device_count():
+        return f"--device {device}: no such CUDA device here (torch sees {torch.cuda.device_count()})"
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        return f"--device {device}: no MPS device here"
+    return None
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Refuse what would run as something else than asked (--max-turns 0 meant each task's own cap, a negative
     temperature greedy decoding) or fail only after the evaluation (an output path that is a folder)."""
@@ -143,6 +161,8 @@ def check_args(args: argparse.Namespace) -> None:
         (not 0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
         (args.workers < 0, "--workers must be >= 0 (0: envs in this process)"),
     ]
+    device = _device_problem(args.device)
+    problems.append((device is not None, device or ""))
     for flag, path in (("--json", args.json), ("--transcripts", args.transcripts)):
         if path is not None:
             problems += [(path.is_dir(), f"{flag} {path}: is a directory; give a file name"),

@@ -119,6 +119,9 @@ def test_env_kwargs_reach_the_task(tmp_path):
         (["--policy", "expert", *TASK, "--top-p", "1.5"], "--top-p must be in (0, 1]"),
         (["--policy", "expert", *TASK, "--workers", "-1"], "--workers must be >= 0"),
         (["--policy", "expert", *TASK[:4], "--split", "nope"], "--split: 'nope' is not a split of example/GuessNumber-v0"),
+        # an AssertionError traceback from the model load ("Torch not compiled with CUDA enabled"), torch's RuntimeError
+        (["--policy", "tiny", "--backend", "hf", *TASK, "--device", "cuda:99"], "--device cuda:99: no such CUDA device"),
+        (["--policy", "tiny", "--backend", "hf", *TASK, "--device", "nonsense"], "not a torch device"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
