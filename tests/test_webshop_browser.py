@@ -156,6 +156,52 @@ def test_a_browser_that_cannot_restart_gives_a_clear_error(monkeypatch):
         env.close()
 
 
+def _dying_chromium(tmp_path: Path, starts_that_die: int) -> str:
+    """A Chromium binary whose first `starts_that_die` starts are SIGKILLed before it is up (as the OOM killer or
+    a `kill -9` would), then the real one: chromedriver starts it as it starts Chromium."""
+    script = tmp_path / "chromium"
+    count = tmp_path / "starts"
+    script.write_text(f"""#!/bin/sh
+echo x >> {count}
+if [ "$(wc -l < {count})" -le {starts_that_die} ]; then kill -9 $$; fi
+exec /usr/bin/chromium "$@"
+""")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_chromium_killed_while_starting_is_started_again(tmp_path, monkeypatch):
+    """A browser that dies in a session is restarted once; one that died while chromedriver started it (killed at
+    start-up, e.g. out of memory while many envs start their browsers) ended the whole evaluation or rollout."""
+    from eppo_envs.webshop import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", _dying_chromium(tmp_path, 1))
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    try:
+        obs, _ = env.reset(seed=0)
+        assert "search" in obs.lower()
+        assert (tmp_path / "starts").read_text().count("x") == 2
+    finally:
+        env.close()
+
+
+def test_a_chromium_that_keeps_dying_at_start_is_one_line(tmp_path, monkeypatch):
+    """The error names what failed in one line: it carried chromedriver's native stack trace (18 lines of
+    '#N 0x... <unknown>'), which eppo-eval printed under its error line."""
+    from eppo_envs.webshop import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", _dying_chromium(tmp_path, 99))
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    try:
+        with pytest.raises(browser.BrowserError) as err:
+            env.reset(seed=0)
+    finally:
+        env.close()
+    message = str(err.value)
+    assert "\n" not in message and "Stacktrace" not in message and "<unknown>" not in message, message
+    assert message.startswith("could not start headless Chromium: SessionNotCreatedException: session not created")
+
+
 _OWNER = """
 import os, sys, time
 import eppo_envs, eppo_envs.webshop

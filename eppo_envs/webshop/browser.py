@@ -71,7 +71,10 @@ class HeadlessChromium:
         self._reaper = Reaper(self.profile_dir)  # kills chromedriver and Chromium if this process dies without closing them
         # Runs on close(), on garbage collection and at interpreter exit, whichever comes first.
         self._finalizer = weakref.finalize(self, _stop_all, self._box, self.profile_dir, self._reaper)
-        self._launch()
+        try:
+            self._launch()
+        except BrowserError:  # a Chromium that dies while starting (killed, out of memory) gets one more start,
+            self._launch()  # as one that dies in a session is restarted once
 
     def _launch(self) -> None:
         from selenium import webdriver
@@ -91,7 +94,7 @@ class HeadlessChromium:
         try:
             driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=options)
         except Exception as exc:
-            raise BrowserError(f"could not start headless Chromium: {type(exc).__name__}: {exc}") from exc
+            raise BrowserError(f"could not start headless Chromium: {_one_line(exc)}") from exc
         driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S
         driver.set_page_load_timeout(PAGE_TIMEOUT_S)
         driver.set_script_timeout(PAGE_TIMEOUT_S)
@@ -113,6 +116,13 @@ class HeadlessChromium:
 
     def close(self) -> None:
         self._finalizer()
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """`exc` as one line: its type and message, without the native stack trace chromedriver appends to its
+    errors (str() of a WebDriverException is 'Message: ...' then 'Stacktrace:' and ~18 lines of addresses)."""
+    message = getattr(exc, "msg", None) or str(exc)  # WebDriverException.msg: the message alone
+    return " ".join(f"{type(exc).__name__}: {message}".split())[:limit]
 
 
 def _browser_errors() -> tuple[type[BaseException], ...]:
@@ -219,8 +229,8 @@ class BrowserFrontend:
                 self.browser.restart()
                 return (retry or work)()
             except Exception as exc:
-                raise BrowserError(f"headless Chromium failed ({type(first).__name__}: {str(first)[:200]}) and "
-                                   f"could not be restarted: {type(exc).__name__}: {str(exc)[:200]}") from exc
+                raise BrowserError(f"headless Chromium failed ({_one_line(first, 200)}) and could not be "
+                                   f"restarted: {_one_line(exc)}") from exc
 
     def close(self) -> None:
         if self.browser is not None:
