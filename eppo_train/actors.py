@@ -26,6 +26,7 @@ from eppo_train.config import Config, from_dict, to_dict
 from eppo_train.learner import Learner, StepReport
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.engine import EngineSpec, make_engine
+from eppo_train.reaper import owned_prefix
 from eppo_train.records import Sample
 
 
@@ -58,7 +59,7 @@ def _node_local(files: Mapping[str, bytes] | None, prefix: str) -> Iterator[str 
     if files is None:
         yield None
         return
-    folder = tempfile.mkdtemp(prefix=prefix)
+    folder = tempfile.mkdtemp(prefix=owned_prefix(prefix))  # an actor killed while loading: the watchdog's to remove
     try:
         yield str(write_files(files, folder))
     finally:
@@ -132,7 +133,7 @@ class LearnerWorker:
 
     def save_files(self) -> dict[str, bytes]:
         """A checkpoint as files, for a driver on another node (no shared filesystem needed)."""
-        tmp = tempfile.mkdtemp(prefix="eppo-ckpt-")
+        tmp = tempfile.mkdtemp(prefix=owned_prefix("eppo-ckpt-"))
         try:
             self.learner.save(Path(tmp))
             return folder_files(tmp)
@@ -140,7 +141,7 @@ class LearnerWorker:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def load_files(self, files: Mapping[str, bytes]) -> int:
-        tmp = tempfile.mkdtemp(prefix="eppo-ckpt-")
+        tmp = tempfile.mkdtemp(prefix=owned_prefix("eppo-ckpt-"))
         try:
             return self.load(str(write_files(files, tmp)))
         finally:

@@ -21,7 +21,9 @@ the owner that says once that it watches, see `ready()`). The watchdog:
   owner executed less than a poll before dying and was already orphaned, like a `sh -c 'x &'`), then the live
   descendants of all of these; it sends them SIGTERM (vLLM and Ray shut down cleanly on it), SIGKILLs whatever is
   left after `GRACE_S`, removes the shared-memory segments created since the owner started that no live process
-  holds any more (an interrupted vLLM engine leaves 160-250 MB ones in /dev/shm), and exits.
+  holds any more (an interrupted vLLM engine leaves 160-250 MB ones in /dev/shm), removes the temporary files and
+  folders named with the owner's marker (`owned_prefix()`: model copies, checkpoints in transit, weights on their
+  way to the engine, the engine's socket folder, which their makers remove unless killed first), and exits.
 
 A process is signalled only when its create time still matches the recorded one, through a pidfd opened before the
 check, so the check and the signal concern the same process: a pid reused by an unrelated process is never hit.
@@ -36,9 +38,11 @@ from __future__ import annotations
 import os
 import secrets
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 try:
@@ -101,6 +105,39 @@ def watchdog_pid() -> int | None:
     """The pid of this process's watchdog, if it runs (so that cleaning up the children can spare it)."""
     proc = _watchdogs.get(os.getpid())
     return proc.pid if proc is not None and proc.poll() is None else None
+
+
+def owned_prefix(prefix: str) -> str:
+    """`prefix` ("eppo-weights-") with this command's marker: a temporary file or folder named so is removed by
+    the command's watchdog once the command has ended, however it ended. Why: a maker killed before its clean-up
+    (`kill -9`, the OOM killer, a Ray actor ended by `ray.kill` or killed while loading) leaves it behind, and some are
+    big (a model copy per actor in /tmp; the learner's weights in /dev/shm, in RAM). Outside a watched command (no
+    marker: a test, a library user) the prefix is unchanged."""
+    tags = os.environ.get(TAG_ENV, "").split()
+    if not prefix.startswith("eppo-") or not tags:
+        return prefix
+    return f"{prefix}{tags[-1]}-"  # the innermost watched command: the first to end
+
+
+def remove_owned_temp(tag: str) -> list[str]:
+    """Remove the entries of the temp folder and /dev/shm that `owned_prefix` named with `tag`; their names."""
+    removed: list[str] = []
+    for folder in dict.fromkeys((tempfile.gettempdir(), SHM_DIR)):
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith("eppo-") and f"-{tag}-" in n]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            removed.append(name)
+    return removed
 
 
 def _descendants(root: psutil.Process, me: int) -> Snapshot:
@@ -317,6 +354,7 @@ def watch(owner_pid: int, tag: str, poll_s: float = POLL_S, grace_s: float = GRA
             if owner.gone(poll_s):
                 break
     sweep(known, tag, me, grace_s)
+    remove_owned_temp(tag)  # nothing of the owner's is running now: nobody still writes or reads them
     unlink_orphaned_shm(since=started, wait_s=2 * grace_s)
 
 

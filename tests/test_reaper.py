@@ -168,3 +168,53 @@ def test_orphaned_shared_memory_is_removed_and_held_memory_kept():
         child.kill()
         held.close()
         held.unlink()
+
+
+# Inside a watched command: a model copy an actor loads from, a checkpoint in transit, the weights on their way to
+# the engine (in /dev/shm), each in its maker's `with` block when the command is SIGKILLed.
+TEMP_OWNER = textwrap.dedent("""
+    import json, time
+    from contextlib import ExitStack
+    import torch
+    from eppo_train import reaper
+    from eppo_train.actors import _node_local
+    from eppo_train.interrupt import guard
+    from eppo_train.policy.vllm import weights_file
+
+    with guard("owner", lambda: "rerun"), ExitStack() as stack:
+        reaper.ready(60)
+        paths = [stack.enter_context(_node_local({"model.safetensors": b"x" * 1000}, "eppo-learner-model-")),
+                 stack.enter_context(weights_file({"w": torch.zeros(1000)}))]
+        print(json.dumps(paths), flush=True)
+        time.sleep(300)
+""")
+
+
+def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
+    """A model copy in /tmp (per Ray actor, as big as the model) and the learner's weights in /dev/shm (in RAM) are
+    removed by their makers' `finally`, which a SIGKILL (the OOM killer, `ray.kill` of an actor still loading) never
+    runs: three 3.4 MB copies of a model were left in /tmp by interrupted runs on this machine in one hour."""
+    import tempfile
+
+    (tmp_path / "owner.py").write_text(TEMP_OWNER)
+    not_ours = tempfile.mkdtemp(prefix="eppo-learner-model-")  # another command's (here: no marker at all)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "owner.py")], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        paths = json.loads(proc.stdout.readline() or "[]")
+        assert len(paths) == 2 and all(Path(p).exists() for p in paths), paths
+        assert paths[1].startswith("/dev/shm/")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + reaper.GRACE_S + 7
+        while time.monotonic() < deadline and any(Path(p).exists() for p in paths):
+            time.sleep(0.1)
+        assert [p for p in paths if Path(p).exists()] == []
+        assert Path(not_ours).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        import shutil
+
+        shutil.rmtree(not_ours, ignore_errors=True)

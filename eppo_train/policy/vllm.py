@@ -23,7 +23,8 @@ from the learner each iteration without restarting the engine.
   progress bar per weight file) is hidden while its logging is at ERROR (`make_engine`'s default).
 - Sockets: vLLM names its ZMQ sockets after `VLLM_RPC_BASE_PATH` (by default the temp folder) and leaves the
   socket files behind when the engine ends (seven an engine start: hundreds piled up in /tmp). Each engine gets a
-  private folder for them, removed when it closes (or when the interpreter exits).
+  private folder for them, removed when it closes (or when the interpreter exits; when its process is killed, by
+  the command's watchdog: `reaper.owned_prefix`).
 - CPU threads: `VLLM_CPU_OMP_THREADS_BIND` (default here: every core, `0-(n-1)`) decides which cores run the model;
   the engine is idle (no spinning) between calls, so it does not hold the cores while the learner steps.
 """
@@ -43,6 +44,7 @@ from typing import Any
 from eppo_train.interrupt import relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer, resolve_model
+from eppo_train.reaper import owned_prefix
 
 
 class WeightSyncExtension:
@@ -106,7 +108,7 @@ class VLLMPolicy(PolicyBackend):
             use_tqdm_on_load=False,  # a progress bar per weight file, above the run's own progress lines
         )
         kwargs.update(engine_kwargs)
-        self._socket_dir = tempfile.mkdtemp(prefix="eppo-vllm-ipc-")
+        self._socket_dir = tempfile.mkdtemp(prefix=owned_prefix("eppo-vllm-ipc-"))
         # an engine core in this process caches vLLM's settings once started: a second engine would reuse the
         # first one's (removed) socket folder
         getattr(vllm.envs, "disable_envs_cache", lambda: None)()
@@ -227,7 +229,8 @@ def weights_file(state_dict: Mapping[str, Any]) -> Iterator[str]:
     from safetensors.torch import save_file
 
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="eppo-weights-", dir=shm) as tmp:
+    # named for the command's watchdog: killed while the engine reads it, the owner would leave it in RAM
+    with tempfile.TemporaryDirectory(prefix=owned_prefix("eppo-weights-"), dir=shm) as tmp:
         path = os.path.join(tmp, "weights.safetensors")
         save_file({name: _cpu(t) for name, t in state_dict.items()}, path)
         yield path
