@@ -168,9 +168,6 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     if args.resume:
         run_dir = Path(args.resume)
-        if args.config:  # it was ignored: the run went on with its saved config, not the one the user named
-            return _error(f"--resume {run_dir} continues with the run's saved config; change keys with --set, "
-                          "not --config")
         if not (run_dir / "config.yaml").is_file():
             return _error(f"{run_dir} is not a pipeline run directory (no config.yaml)")
         if holds_run(run_dir) and not (run_dir / "pipeline.json").exists():  # a pipeline's trainer writes rl/
