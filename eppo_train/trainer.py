@@ -49,18 +49,61 @@ def checkpoint_step(run_dir: Path) -> int:
     return int(json.loads((latest / "trainer.json").read_text())["step"]) if latest is not None else 0
 
 
+def _earlier(run_dir: Path, name: str) -> str:
+    """How to resume from an earlier checkpoint than `name`, naming those there are."""
+    folder = run_dir / "checkpoints"
+    others = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != name) if folder.is_dir() else []
+    there = f" ({', '.join(others)})" if others else " (there is none: start over)"
+    return f"point {run_dir / 'latest'} at an earlier checkpoint to resume from there{there}"
+
+
+def _checkpoint_problem(path: Path) -> str | None:
+    """What makes checkpoint `path` unloadable, read cheaply (safetensors headers, learner.pt's zip directory), or
+    None. A truncated file was a 50-line traceback from inside the learner actor."""
+    import zipfile
+
+    from safetensors import SafetensorError, safe_open
+
+    weights = sorted((path / "model").glob("*.safetensors"))
+    if not weights:
+        return "no model/*.safetensors"
+    for file in weights:
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            return f"{file.relative_to(path)} is unreadable ({exc})"
+    state = path / "learner.pt"
+    if not state.is_file():
+        return "no learner.pt"
+    try:
+        with zipfile.ZipFile(state):  # torch.save's format: a truncated file has no central directory
+            pass
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"learner.pt is unreadable ({exc})"
+    return None
+
+
 def check_run_dir(cfg: Config, resume: bool) -> None:
     """Raise `RunError` when the run directory cannot be used as asked (before any slow stage starts)."""
     run_dir = cfg.run_dir
     if resume:
         latest = latest_checkpoint(run_dir)
         if latest is None:
+            marker = run_dir / "latest"
+            if marker.exists():  # it names a checkpoint that is gone or was cut short: "no checkpoint yet" misled
+                name = marker.read_text().strip()
+                raise RunError(f"{marker} names {name!r}, which is not a whole checkpoint (no {run_dir}/checkpoints/"
+                               f"{name}/trainer.json); {_earlier(run_dir, name)}")
             raise RunError(f"nothing to resume in {run_dir} (no checkpoint yet)")
         try:
             int(json.loads((latest / "trainer.json").read_text())["step"])
         except (ValueError, KeyError, TypeError) as exc:  # cut short or edited: say so, not a JSONDecodeError
-            raise RunError(f"{latest / 'trainer.json'} is unreadable ({type(exc).__name__}: {exc}); point "
-                           f"{run_dir / 'latest'} at an earlier checkpoint to resume from there") from None
+            raise RunError(f"{latest / 'trainer.json'} is unreadable ({type(exc).__name__}: {exc}); "
+                           f"{_earlier(run_dir, latest.name)}") from None
+        problem = _checkpoint_problem(latest)
+        if problem:  # found here, not as the learner actor's safetensors or torch.load traceback
+            raise RunError(f"{latest}: {problem}; {_earlier(run_dir, latest.name)}")
     elif holds_run(run_dir) and not cfg.run.overwrite:
         raise RunError(f"{run_dir} already holds a run: --resume {run_dir}, another "
                        "--set run.name=..., or --set run.overwrite=true")
