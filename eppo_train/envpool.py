@@ -364,10 +364,12 @@ class RayEnvPool(EnvPool):
         t0 = time.monotonic()
         try:  # the replacement waits for a node with the workers' resources; none left would mean waiting forever
             self._ray.get(self.workers[w].replay.remote(items), timeout=self.respawn_timeout_s)
-        except self._ray.exceptions.GetTimeoutError:
-            raise RuntimeError(f"env worker {w} died and no node could host a replacement within "
-                               f"{time.monotonic() - t0:.0f}s (it needs {self.cpus_per_worker:g} CPU and "
-                               f"{self.resources or 'no custom resources'})") from None
+        except self._ray.exceptions.GetTimeoutError:  # WorkerLost: eppo-train's one line and resume hint, not a traceback
+            raise WorkerLost(f"env worker {w} died and no node could host a replacement within "
+                             f"{time.monotonic() - t0:.0f}s (it needs {self.cpus_per_worker:g} CPU and "
+                             f"{self.resources or 'no custom resources'})") from None
+        except self._ray.exceptions.RayActorError as exc:  # the replacement died too, or its node (the raylet) did
+            raise lost(self._ray, exc, f"replacement of env worker {w}") from None
 
     def _scatter(self, method: str, items: Sequence[Any], workers: Sequence[int]) -> list[Any]:
         """Send item i to worker `workers[i]` (one call per worker, all in flight together); results in item order."""

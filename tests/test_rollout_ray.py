@@ -167,3 +167,38 @@ def test_an_env_worker_killed_by_a_signal_is_one_warning_line_and_no_ray_report(
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert warnings == ["warning: the env worker 0 died (its process ended: killed, out of memory, or its node went "
                         "away); a new one replays its 2 episodes and the rollout goes on"], err
+
+
+
+@pytest.mark.parametrize("failure", ["no node in time", "dies too"])
+def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypatch, failure):
+    """Replacing a dead env worker can fail: no node hosts the new one in time, or it dies too (its node, or the
+    raylet, is gone). These were a RuntimeError and Ray's ActorDiedError, not `WorkerLost`: eppo-train printed
+    tracebacks instead of its one line with the resume hint."""
+    from eppo_train.interrupt import WorkerLost
+
+    pool = RayEnvPool(1)
+    try:
+        pool.reset([EnvJob(0, ENV, "test", 5)])
+        victim = pool.workers[0]
+        ray.kill(victim)
+        _wait_until_dead(victim)
+        if failure == "no node in time":
+            pool.respawn_timeout_s = 0.001  # the new actor is not even up by then
+            pattern = r"^env worker 0 died and no node could host a replacement within"
+        else:
+            spawn = pool._spawn
+
+            def dead_on_arrival():
+                actor = spawn()
+                ray.kill(actor)
+                _wait_until_dead(actor)
+                return actor
+
+            monkeypatch.setattr(pool, "_spawn", dead_on_arrival)
+            pattern = r"^the replacement of env worker 0 died \("
+        with pytest.raises(WorkerLost, match=pattern) as err:
+            pool.step([0], ["<answer>50</answer>"])
+        assert "\n" not in str(err.value)
+    finally:
+        pool.close()
