@@ -27,7 +27,7 @@ import gymnasium as gym
 import eppo_envs  # noqa: F401  (registers the built-in tasks)
 from eppo_envs.core import TaskError
 from eppo_train.config import ConfigError
-from eppo_train.interrupt import WorkerLost
+from eppo_train.interrupt import WorkerLost, ray_init_signals
 
 StepOut = tuple[str, float, bool, bool, dict[str, Any]]
 
@@ -187,13 +187,15 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
     if address:
         _check_reachable(address)
         try:
-            ray.init(address=address, **kwargs)
+            with ray_init_signals():
+                ray.init(address=address, **kwargs)
         except ConnectionError as exc:  # no cluster at the address the user gave: theirs to fix, not a traceback
             reason = str(exc).split(". ")[0]
             raise ConfigError(f"ray.address {address!r}: {reason}; start one with `ray start --head`, or leave "
                               "ray.address unset (no --ray-address) for a local Ray") from None
     else:
-        ray.init(num_cpus=num_cpus, resources=resources or None, include_dashboard=False, **kwargs)
+        with ray_init_signals():
+            ray.init(num_cpus=num_cpus, resources=resources or None, include_dashboard=False, **kwargs)
     _hush_death_reports(ray)
 
 

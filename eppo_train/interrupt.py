@@ -83,6 +83,28 @@ def _resend(signum: int) -> None:
         signal.pthread_kill(threading.main_thread().ident, signum)
 
 
+_guarding = threading.Event()  # set while a guard() body runs
+
+
+@contextmanager
+def ray_init_signals() -> Iterator[None]:
+    """Wrap `ray.init`: it takes SIGTERM from guard() twice over. While it starts, its Python handler turns SIGTERM
+    into `sys.exit(15)` (a SystemExit that guard() does not handle); once connected, its core worker's C++ failure
+    handler dumps a stack and aborts (exit 134, "*** SIGTERM received ***", Ray's processes left to the watchdog:
+    measured 2026-12-06 on eppo-train --config tiny and eppo-eval --workers 2). Inside guard() the exit is the
+    interrupt, and guard()'s handlers are put back afterwards (Python's signal.signal replaces the C++ one too)."""
+    try:
+        yield
+    except SystemExit as exc:
+        if _guarding.is_set() and exc.code == signal.SIGTERM:
+            _raise_interrupt(signal.SIGTERM, None)
+        raise
+    finally:
+        if _guarding.is_set() and not _unwinding.is_set() and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+            signal.signal(signal.SIGINT, _raise_interrupt)
+
+
 def children_of(pid: int | None = None) -> list:
     import psutil
 
@@ -180,6 +202,7 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     _interrupted.clear()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
+    _guarding.set()
     try:
         yield
     except KeyboardInterrupt:
@@ -196,6 +219,7 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
         os._exit(EXIT_INTERRUPTED)
     finally:
         _unwinding.set()
+        _guarding.clear()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
         if _interrupted.is_set():  # an interrupt the body caught and got over: its logging is back
