@@ -152,6 +152,9 @@ class LearnerConfig:
     logit_chunk: int = 256  # token positions per vocab projection (memory: chunk x vocab logits at a time)
     # bf16 autocast on CPU (~1.6x faster), applied only on a CPU with native bf16; GPU always uses bf16 autocast
     bf16_autocast_cpu: bool = False
+    # under bf16 autocast, the vocab projection still in float32: bf16 logits make the PPO ratio mostly rounding
+    # noise (learner.hidden_logprobs_entropy); no effect without autocast
+    fp32_head: bool = False
     train_top_layers: int = 0  # >0: freeze all but the top N decoder layers and the final norm
     # with frozen layers: the no-grad pass keeps the hidden states entering the first trained block and the
     # optimizer passes run only the top blocks from them (checked against the full forward once; frozen_cache.py)

@@ -74,6 +74,7 @@ def token_logprobs_entropy(
     temperature: float = 1.0,
     chunk: int = 256,
     grad: bool = False,
+    fp32_head: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob and entropy (fp32, nats) of every masked token, as [B, T] tensors (0 elsewhere).
 
@@ -81,7 +82,7 @@ def token_logprobs_entropy(
     """
     # use_cache=False: a training forward never decodes further, so the KV cache HF builds by default is dead weight
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad)
+    return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad, fp32_head)
 
 
 def hidden_logprobs_entropy(
@@ -92,15 +93,28 @@ def hidden_logprobs_entropy(
     temperature: float = 1.0,
     chunk: int = 256,
     grad: bool = False,
+    fp32_head: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`token_logprobs_entropy` from the model's last hidden state [B, T, H] (after the final norm)."""
+    """`token_logprobs_entropy` from the model's last hidden state [B, T, H] (after the final norm).
+
+    `fp32_head`: the vocab projection in float32 even under bf16 autocast. bf16 logits carry ~8 significant bits,
+    an error of a few hundredths of a nat on a log-prob, as large as one RL step's change of it, so the PPO ratio
+    would be mostly rounding noise (the LM head in fp32 is MiniMax-M1's fix of the same train/sample mismatch).
+    """
     head = model.get_output_embeddings()
     where = mask[:, 1:] > 0
     states = hidden[:, :-1][where]  # [N, H]
     targets = input_ids[:, 1:][where]  # [N]
 
+    def head_logits(h: torch.Tensor) -> torch.Tensor:
+        if not fp32_head:
+            return head(h).float()
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            bias = None if head.bias is None else head.bias.float()
+            return torch.nn.functional.linear(h.float(), head.weight.float(), bias)
+
     def project(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = head(h).float() / temperature
+        logits = head_logits(h) / temperature
         lse = torch.logsumexp(logits, dim=-1)
         lp = logits.gather(1, t[:, None]).squeeze(1) - lse
         ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
@@ -219,12 +233,15 @@ class Learner:
         """Log-probs and entropies of a padded micro-batch: the full forward, or with `states` (each row's hidden
         states entering block `cache_from`) the top blocks only."""
         temperature, chunk = self.cfg.rollout.temperature, self.cfg.learner.logit_chunk
+        fp32_head = self.cfg.learner.fp32_head
         with autocast(self.device, self.cfg.learner.bf16_autocast_cpu):
             if states is None:
-                return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], temperature, chunk, grad=grad)
+                return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], temperature, chunk, grad=grad,
+                                              fp32_head=fp32_head)
             assert self.cache_from is not None
             hidden = top_hidden(model, self.cache_from, pad_states(states, b["ids"].shape[1]), b["attn"])
-            return hidden_logprobs_entropy(model, hidden, b["ids"], b["mask"], temperature, chunk, grad=grad)
+            return hidden_logprobs_entropy(model, hidden, b["ids"], b["mask"], temperature, chunk, grad=grad,
+                                           fp32_head=fp32_head)
 
     def _keep_states(self, seen: list[torch.Tensor], b: dict[str, torch.Tensor], lengths: list[int],
                      lp: torch.Tensor, ent: torch.Tensor) -> list[torch.Tensor] | None:

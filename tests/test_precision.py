@@ -53,3 +53,21 @@ def test_config_accepts_auto_and_rejects_unknown():
     assert load_config("pipeline").model.generator_dtype == "auto"
     with pytest.raises(ConfigError, match="generator_dtype"):
         validate(load_config("pipeline", ["model.generator_dtype=float64"]))
+
+
+def test_fp32_head_projects_in_float32_under_bf16_autocast():
+    """`learner.fp32_head`: the vocab projection of bf16 autocast in float32, so log-probs differ from the float32
+    model's only by what the blocks below rounded; in bf16 the head alone moves them by hundredths of a nat."""
+    from eppo_train.learner import hidden_logprobs_entropy
+
+    model = load_model("tiny")
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 12, model.config.hidden_size) * 4
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    mask = torch.ones_like(ids)
+    exact, exact_ent = hidden_logprobs_entropy(model, hidden, ids, mask)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        bf16_head, _ = hidden_logprobs_entropy(model, hidden, ids, mask)
+        fp32_head, fp32_ent = hidden_logprobs_entropy(model, hidden, ids, mask, fp32_head=True)
+    assert torch.allclose(fp32_head, exact, atol=1e-5) and torch.allclose(fp32_ent, exact_ent, atol=1e-5)
+    assert (bf16_head - exact).abs().max() > 1e-3  # the rounding it removes
