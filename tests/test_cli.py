@@ -62,41 +62,42 @@ def test_out_of_range_counts_and_seeds_are_refused(capsys, args, words):
     assert words in err and "Traceback" not in err
 
 
-def test_ctrl_c_is_one_line_and_exit_130():
+EXPERT_FOREVER = ["expert", "guess_number", "--episodes", "100000000"]
+
+
+def _eppo_envs(args: list[str], sigint=None) -> subprocess.Popen:
+    """eppo-envs in a child; `sigint`: that signal's disposition there (a shell may start background jobs with SIGINT
+    ignored)."""
+    import signal
+
+    preexec = None if sigint is None else (lambda: signal.signal(signal.SIGINT, sigint))
+    return subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+
+
+PLAY = ["play", "guess_number", "--seed", "1"]
+
+
+@pytest.mark.parametrize("signame, args", [("SIGINT", EXPERT_FOREVER), ("SIGINT", PLAY), ("SIGTERM", EXPERT_FOREVER),
+                                           ("SIGTERM", PLAY)],
+                         ids=["ctrl-c-expert", "ctrl-c-play", "sigterm-expert", "sigterm-play"])
+def test_an_interrupt_is_one_line_and_exit_130(signame, args):
+    """Ctrl-C, or SIGTERM (a `kill`, a supervisor's stop; it ended eppo-envs silently, exit 143, its envs' clean-up
+    unrun): one line and exit 130, as in eppo-train and eppo-eval. Ctrl-C at `play`'s prompt ended the game with
+    exit 0, like 'quit'."""
     import os
     import signal
     import time
 
-    # SIGINT's default action in the child, even under a shell that starts background jobs with it ignored
-    proc = subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, "expert", "guess_number", "--episodes",
-                             "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(6)
-    os.kill(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
-    assert err.strip().splitlines() == ["eppo-envs: interrupted"] and "Traceback" not in err
-
-
-@pytest.mark.parametrize("args", [["expert", "guess_number", "--episodes", "100000000"],
-                                  ["play", "guess_number", "--seed", "1"]], ids=["expert", "play"])
-def test_sigterm_is_an_interrupt_too(args):
-    """SIGTERM (a `kill`, a supervisor's stop) ended eppo-envs silently, killed by the signal (exit 143), with its
-    envs' clean-up unrun; it is Ctrl-C's one line and exit 130, as in eppo-train and eppo-eval."""
-    import os
-    import signal
-    import time
-
-    proc = subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _eppo_envs(args, sigint=signal.SIG_DFL)
     if args[0] == "play":
         assert proc.stdout.readline().startswith("== ")  # the game has started; the prompt waits for input
     else:
         time.sleep(6)
-    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, getattr(signal, signame))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
-    assert err.strip().splitlines() == ["eppo-envs: interrupted"]
+    assert err.strip().splitlines() == ["eppo-envs: interrupted"] and "Traceback" not in err
 
 
 def test_a_signal_ignored_from_the_start_stays_ignored():
@@ -105,9 +106,7 @@ def test_a_signal_ignored_from_the_start_stays_ignored():
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "eppo_envs.cli", *PLUGIN, "expert", "guess_number", "--episodes",
-                             "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = _eppo_envs(EXPERT_FOREVER, sigint=signal.SIG_IGN)
     time.sleep(6)
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(2)
@@ -117,21 +116,9 @@ def test_a_signal_ignored_from_the_start_stays_ignored():
     assert proc.returncode == 130 and err.strip().splitlines() == ["eppo-envs: interrupted"]
 
 
-def test_ctrl_c_at_the_play_prompt_is_an_interrupt_and_ctrl_d_a_quit():
-    """Ctrl-C at `play`'s prompt ended the game with exit 0, like 'quit'; it is an interrupt (one line, exit 130),
-    Ctrl-D (end of input) is the player's quit (exit 0)."""
-    import os
-    import signal
-
-    args = [sys.executable, "-m", "eppo_envs.cli", *PLUGIN, "play", "guess_number", "--seed", "1"]
-    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert proc.stdout.readline().startswith("== ")  # the game has started; the prompt follows
-    os.kill(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
-    assert err.strip().splitlines() == ["eppo-envs: interrupted"]
-
+def test_ctrl_d_at_the_play_prompt_is_a_quit():
+    """End of input is the player's quit (exit 0, nothing on stderr); Ctrl-C is an interrupt (above)."""
+    args = [sys.executable, "-m", "eppo_envs.cli", *PLUGIN, *PLAY]
     ended = subprocess.run(args, input="", capture_output=True, text=True, timeout=120)
     assert ended.returncode == 0 and ended.stderr == "", ended.stderr[-2000:]
 
