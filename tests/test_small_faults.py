@@ -81,13 +81,19 @@ def test_check_all_says_so_on_success(capsys):
 
 
 def test_resume_says_which_step_it_continues_from(tmp_path, capsys):
+    import torch
+    from safetensors.torch import save_file
+
     from eppo_train.config import load_config
     from eppo_train.trainer import Trainer
 
     cfg = load_config("tiny", [f"run.out_dir={tmp_path}", "run.iterations=5", "ray.enabled=false"])
     checkpoint = cfg.run_dir / "checkpoints" / "step_000002"
-    checkpoint.mkdir(parents=True)
+    (checkpoint / "model").mkdir(parents=True)
     (checkpoint / "trainer.json").write_text('{"step": 2, "metrics_offset": 0}')
+    # whole files, as a resume checks them before it starts (their contents are not read here)
+    save_file({"w": torch.zeros(1)}, str(checkpoint / "model" / "model.safetensors"))
+    torch.save({}, checkpoint / "learner.pt")
     (cfg.run_dir / "latest").write_text("step_000002")
     assert Trainer(cfg, resume=True)._prepare_dir() == (2, 0)
     assert f"resuming {cfg.run_dir} from step_000002: continuing at step 3 of 5" in capsys.readouterr().out
