@@ -218,3 +218,27 @@ def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
         import shutil
 
         shutil.rmtree(not_ours, ignore_errors=True)
+
+
+def test_the_engine_socket_folder_fits_an_ipc_path(tmp_path, monkeypatch):
+    """vLLM names its sockets "<folder>/<uuid4>" and ZeroMQ takes at most 107 bytes: under a long TMPDIR (pytest's
+    tmp_path) with a watchdog's marker in the name, the engine did not start ("longer than 107 characters")."""
+    import tempfile
+
+    from eppo_train import reaper
+    from eppo_train.policy.vllm import IPC_FOLDER_MAX, socket_folder
+
+    long_temp = tmp_path / ("x" * 60)
+    long_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_temp))
+    monkeypatch.setenv(reaper.TAG_ENV, "0123456789abcdef")
+    folder = socket_folder()
+    try:
+        assert len(folder) <= IPC_FOLDER_MAX and len(f"ipc://{folder}/{'0' * 36}") - len("ipc://") <= 107
+        assert "0123456789abcdef" in folder  # the watchdog's marker kept where it fits: /tmp is short
+    finally:
+        os.rmdir(folder)
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    short = socket_folder()
+    os.rmdir(short)
+    assert short.startswith("/tmp/eppo-vllm-ipc-0123456789abcdef-")

@@ -108,7 +108,7 @@ class VLLMPolicy(PolicyBackend):
             use_tqdm_on_load=False,  # a progress bar per weight file, above the run's own progress lines
         )
         kwargs.update(engine_kwargs)
-        self._socket_dir = tempfile.mkdtemp(prefix=owned_prefix("eppo-vllm-ipc-"))
+        self._socket_dir = socket_folder()
         # an engine core in this process caches vLLM's settings once started: a second engine would reuse the
         # first one's (removed) socket folder
         getattr(vllm.envs, "disable_envs_cache", lambda: None)()
@@ -201,6 +201,22 @@ def quiet_child_env() -> dict[str, str]:
     """For an engine process started now: torch's C++ warnings off (vLLM's CPU kernels warn about their NUMA
     memory policy at every start), unless the user set `TORCH_CPP_LOG_LEVEL`. Read by a process when it starts."""
     return {} if "TORCH_CPP_LOG_LEVEL" in os.environ else {"TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+# An ipc:// socket path holds at most 107 bytes (sockaddr_un); vLLM names its sockets "<folder>/<uuid4>" (37 more).
+IPC_FOLDER_MAX = 107 - 37
+
+
+def socket_folder() -> str:
+    """A new folder for the engine's sockets, whose path leaves room for vLLM's socket names: in the temp folder,
+    named for the command's watchdog (`owned_prefix`) where that fits, else in /tmp. A long TMPDIR (pytest's
+    tmp_path) plus the watchdog's marker made ZeroMQ refuse the path ("longer than 107 characters") and the engine
+    never started."""
+    for prefix in (owned_prefix("eppo-vllm-ipc-"), "eppo-vllm-ipc-"):
+        for base in (tempfile.gettempdir(), "/tmp"):
+            if len(os.path.join(base, prefix)) + 8 <= IPC_FOLDER_MAX:  # mkdtemp appends 8 characters
+                return tempfile.mkdtemp(prefix=prefix, dir=base)
+    return tempfile.mkdtemp(prefix="eppo-vllm-ipc-", dir="/tmp")
 
 
 @contextmanager
