@@ -268,15 +268,18 @@ class Learner:
             self.cache_from = None
             return None
 
-    def _mini_batches(self, n: int) -> list[list[int]]:
-        """One epoch's mini-batches: a shuffle of the n samples (the learner's seeded generator) in near-equal parts."""
-        perm = torch.randperm(n, generator=self.rng).tolist()
-        parts = np.array_split(np.array(perm, dtype=int), min(self.cfg.learner.mini_batches, max(n, 1)))
-        return [[int(i) for i in part] for part in parts if len(part)]
-
-    def _micro(self, samples: list[Sample], mb: list[int]) -> list[list[int]]:
-        """The micro-batches of mini-batch `mb`, as positions in `mb`."""
-        return micro_batches([len(samples[i].input_ids) for i in mb], self.cfg.learner.micro_batch_tokens)
+    def _epoch_plan(self, samples: list[Sample]) -> list[tuple[list[int], list[list[int]]]]:
+        """One epoch's mini-batches (a shuffle of the samples by the learner's seeded generator, in near-equal parts),
+        each with its micro-batches under the padded-token budget, as positions in the mini-batch."""
+        perm = torch.randperm(len(samples), generator=self.rng).tolist()
+        parts = np.array_split(np.array(perm, dtype=int), min(self.cfg.learner.mini_batches, max(len(samples), 1)))
+        plan = []
+        for part in parts:
+            mb = [int(i) for i in part]
+            if mb:
+                plan.append((mb, micro_batches([len(samples[i].input_ids) for i in mb],
+                                               self.cfg.learner.micro_batch_tokens)))
+        return plan
 
     # ------------------------------------------------------------------ the update
     def train_step(self, samples: list[Sample]) -> StepReport:
@@ -289,7 +292,7 @@ class Learner:
         # those: under bf16 autocast a row's log-probs depend on the batch it is computed in (padding width and
         # matmul shapes change the rounding; measured up to 0.2 nats on SmolLM2), so old log-probs from other
         # batches made the first, on-policy step's ratios differ from 1 and the clip act on that noise.
-        first = [(mb, self._micro(samples, mb)) for mb in self._mini_batches(len(samples))]
+        first = self._epoch_plan(samples)
         batches = [[mb[j] for j in idx] for mb, micro in first for idx in micro]
         self._bounds: dict[str, tuple[float, float]] = {}
 
@@ -343,7 +346,7 @@ class Learner:
         acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         losses, norms = [], []
         for epoch in range(lc.epochs):
-            plan = first if epoch == 0 else [(mb, self._micro(samples, mb)) for mb in self._mini_batches(len(samples))]
+            plan = first if epoch == 0 else self._epoch_plan(samples)
             for mb, micro in plan:
                 total_tokens = float(sum(samples[i].num_response_tokens for i in mb))
                 self.optimizer.zero_grad(set_to_none=True)
