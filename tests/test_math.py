@@ -149,7 +149,38 @@ def test_a_percent_sign_is_a_unit_so_the_number_written_is_the_answer():
     assert is_correct("25\\%", "25") and is_correct("$25\\%$.", "25") and is_correct("25 percent", "25")
     assert is_correct("-50\\%", "-50") and is_correct("2.5\\%", "2.5") and is_correct("50.0\\%", "50")
     assert not is_correct("50\\%", "1/2") and not is_correct("2.5\\%", "0.025") and not is_correct("-50\\%", "-1/2")
-    assert is_correct("10\\% \\cdot 5", "50")  # everywhere in the answer, not only at its top
+    assert is_correct("x = 10\\%", "10")  # below the answer's top too
+
+
+# An expression that evaluates to the answer is no answer to a numeric question: copying the question's own
+# expression won basic_arithmetic ("Calculate 80 * -30 - 52." answered "80 * -30 - 52": 59 of 60 test problems).
+COMPUTED = [("80 * -30 - 52", "-2452"), ("( 270 + -885 ) / 205 + 572", "569"), ("\\sqrt{25}", "5"), ("|-5|", "5"),
+            ("2^{10}", "1024"), ("5 \\cdot 1", "5"), ("\\lim_{x\\to 5} x", "5"), ("3 = 5", "5"), ("\\{5\\}", "5"),
+            ("x = 2 + 3", "5"), ("80 \\cdot -30\\%", "-2400"), ("80 * -30 - 52 + 0\\%", "-2452"),
+            ("\\frac{80 * -30 - 52}{1}", "-2452"), ("\\boxed{80 * -30 - 52}", "-2452"), ("x = 80 * -30 - 52", "-2452")]
+WRITTEN = [("5", "5"), ("-5", "-5"), ("\u22125", "-5"), ("x = 5", "5"), ("\\boxed{5}", "5"), ("5/14", "5/14"),
+           ("\\frac{5}{14}", "5/14"), ("-\\frac{1}{2}", "-1/2"), ("0.5", "1/2"), ("2021.25", "2021.25"), ("5,000", "5000"),
+           ("50\\%", "50"), ("-50\\%", "-50"), ("x = 50\\%", "50"), ("5 \\mathrm{cm}", "5"), ("5^\\circ", "5"), ("+5", "5")]
+
+
+@pytest.mark.parametrize("reply, reference", COMPUTED)
+def test_an_expression_left_to_compute_is_no_answer(reply, reference):
+    assert not is_correct(reply, reference), reply
+
+
+@pytest.mark.parametrize("reply, reference", WRITTEN)
+def test_a_number_written_out_still_wins(reply, reference):
+    assert is_correct(reply, reference), reply
+
+
+def test_copying_the_question_wins_no_arithmetic_problem():
+    problems = ProblemSet("test", ["basic_arithmetic"], [1, 2, 3])
+    for i in range(0, len(problems), 10):
+        problem = problems[i]
+        expression = problem.question.removeprefix("Calculate ").removesuffix(".")
+        if any(op in expression for op in "+*") or " - " in expression:  # not a lone division, which is a fraction
+            assert not is_correct(expression, problem.answer), problem.question
+        assert is_correct(problem.answer, problem.answer)
 
 
 def test_the_text_comparison_ignores_only_what_cannot_change_the_value():

@@ -7,7 +7,7 @@ import re
 import threading
 
 from math_verify import parse, verify
-from sympy import Basic, MatrixBase, Mul, Rational, UnevaluatedExpr
+from sympy import Basic, Eq, MatrixBase, Mul, Number, Rational, Symbol, UnevaluatedExpr
 
 _SPACE_RE = re.compile(r"\s+")
 _JOINS = re.compile(r"[0-9a-z.]")  # characters a space between keeps apart (in lower-cased text)
@@ -103,11 +103,40 @@ def _percent_as_unit(value: object) -> object:
                          lambda e: Mul(*(a for a in e.args if a != _PERCENT)))
 
 
+def _written_number(value: object) -> bool:
+    """Whether math-verify read `value` as one number as written: an integer, a decimal or a fraction (latex2sympy
+    keeps the rest unevaluated), optionally signed and with a percent sign."""
+    if isinstance(value, Number):
+        return True
+    if not isinstance(value, Mul) or list(value.args).count(_PERCENT) != 1:
+        return False
+    rest = [a for a in value.args if a != _PERCENT]
+    rest = rest[1:] if len(rest) == 2 and rest[0] == -1 else rest  # "-50%" is Mul(-1, 50, percent)
+    return len(rest) == 1 and isinstance(rest[0], Number)
+
+
+def _is_answer(value: object) -> bool:
+    """Whether `value` (one of math-verify's readings of a reply) answers with a number: the number itself or
+    `x = number`. An expression left to compute is no answer to a numeric question, though math-verify evaluates
+    it: the question's own expression ("Calculate 80 * -30 - 52." answered "80 * -30 - 52") won 59 of 60
+    basic_arithmetic problems, as could "\\sqrt{25}" or "|-5|" for 5. A text reading stays (it equals only the same
+    text)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, Eq):
+        return isinstance(value.lhs, Symbol) and _written_number(value.rhs)
+    return _written_number(value)
+
+
 def _verify(prediction: str, reference: str, timed: bool = True) -> bool:
-    """math-verify, with its own timeouts when `timed` (main thread only)."""
+    """math-verify, with its own timeouts when `timed` (main thread only). Against a reference that is a number,
+    only a reading of the prediction as a written number counts (checked before the percent sign is dropped:
+    dropping it rebuilds the product around it, evaluated, so "80 \\cdot -30\\%" would read as the number -2400)."""
     parse_kw, verify_kw = ({}, {}) if timed else ({"parsing_timeout": None}, {"timeout_seconds": None})
     try:
         gold, pred = parse(_as_math(reference), **parse_kw), parse(_as_math(prediction), **parse_kw)
+        if any(isinstance(v, Basic) for v in gold) and all(_written_number(v) for v in gold if isinstance(v, Basic)):
+            pred = [v for v in pred if _is_answer(v)]
         gold, pred = [_percent_as_unit(v) for v in gold], [_percent_as_unit(v) for v in pred]
         return bool(gold and pred and verify(gold, pred, **verify_kw))
     except Exception:  # math-verify may raise on exotic input (sympy errors); a grader never crashes an episode
