@@ -140,3 +140,28 @@ def test_searchqa_user_answers_are_text_and_never_empty_once_normalised(tmp_path
             assert terminated and info["won"] is won and reward == float(won), (question, reply)
     assert {a for q in questions["test"] for a in q.answers} == {"1987", "Matt Johnson"}
     env.close()
+
+
+def test_a_nul_character_joins_nothing():
+    """clip() dropped NUL characters, so '<answer>Par\\x00is</answer>' won for "Paris" (Search-R1's exact match reads
+    "par\\x00is") and a NUL inside a number joined its digits; it now stands as U+FFFD."""
+    import eppo_envs.math  # noqa: F401  (registers eppo/MathTool-v0)
+    import eppo_envs.searchqa  # noqa: F401
+
+    env = eppo_envs.make("eppo/SearchQA-v0", split="test")
+    for seed in range(5):
+        env.reset(seed=seed)
+        answer = env.unwrapped.question.answers[0]
+        cut = len(answer) // 2
+        for reply, won in ((f"<answer>{answer[:cut]}\x00{answer[cut:]}</answer>", False), (f"<answer>{answer}</answer>", True)):
+            env.reset(seed=seed)
+            _, reward, terminated, _, info = env.step(reply)
+            assert terminated and info["won"] is won and reward == float(won), reply
+    env.close()
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", sources=["basic_arithmetic"], level=3)
+    env.reset(seed=0)
+    answer = env.unwrapped.problem.answer
+    assert len(answer.lstrip("-")) > 1
+    _, reward, terminated, _, info = env.step(f"<answer>{answer[:-1]}\x00{answer[-1]}</answer>")
+    assert terminated and not info["won"] and reward == 0.0
+    env.close()

@@ -35,12 +35,14 @@ class ToolCall:
 
 
 def clip(text: object) -> str:
-    """Coerce whatever the caller passed into a bounded `str` (bytes are decoded, never raise)."""
+    """Coerce whatever the caller passed into a bounded `str` (bytes are decoded, never raise). A NUL character
+    becomes U+FFFD, as an undecodable byte does: dropped, it joined its neighbours, so "Par\\x00is" won for "Paris"
+    and "1\\x002" for 12, which the original rewards (Search-R1's exact match, math-verify, HumanEval's exec) do not."""
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
         text = "" if text is None else str(text)
-    return text[:MAX_PARSE_CHARS].replace("\x00", "")
+    return text[:MAX_PARSE_CHARS].replace("\x00", "\ufffd")
 
 
 def _spans(marks: list[re.Match[str]]) -> list[tuple[re.Match[str], re.Match[str] | None]]:
