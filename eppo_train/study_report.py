@@ -296,8 +296,6 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
                          "run, more RL iterations (the learning rate and trained layers here move the greedy "
                          "policy slowly), more seeds or evaluation episodes for tighter intervals, or a larger "
                          "model whose tasks differ in pace.")
-    elif not groups:
-        lines.append("No run has finished yet: there is nothing to judge.")
     return [*lines, ""]
 
 
@@ -318,6 +316,9 @@ def write_report(results_dir: Path, report: Path) -> Path:
         raise ResultError(f"no study results folder {results_dir}")
     results = load_results(results_dir)
     plan = load_plan(results_dir)
+    if not results:  # a wrong --results folder, or a study before its first run: a report of nothing is no report
+        planned = f" (0 of {len(plan)} planned runs done)" if plan else ""
+        raise ResultError(f"no study result files in {results_dir}{planned}: `make experiment` writes them")
     names = {r["name"] for r in results}
     missing = [n for n in plan if n not in names]
     try:

@@ -161,6 +161,13 @@ def test_study_report_errors_are_one_line(tmp_path: Path, capsys):
     assert main(["study-report", "--results", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "grpo-seed0.json: not valid JSON" in err and len(err.strip().splitlines()) == 1
+    # an empty folder (or one with only the plan) wrote an "incomplete" report of nothing and exited 0
+    (tmp_path / "r" / "grpo-seed0.json").unlink()
+    (tmp_path / "r" / "plan.json").write_text(json.dumps({"runs": [{"name": "grpo-seed0"}]}))
+    assert main(["study-report", "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "no study result files in" in err and "0 of 1 planned" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.md").exists()
 
 
 def test_study_rejects_an_unknown_loss_or_ablation(tmp_path: Path, capsys):
