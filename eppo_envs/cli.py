@@ -9,17 +9,17 @@ import signal
 import sys
 from collections.abc import Callable
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 import eppo_envs
 from eppo_envs.benchmarks.experts import run_expert
 from eppo_envs.core import TaskError, first_prompt
+from eppo_envs.core.pipes import PipeConsole, stdout_closed
 from eppo_envs.core.registry import import_tasks, resolve, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
-console = Console(width=None if sys.stdout.isatty() else 200)
+console = PipeConsole(width=None if sys.stdout.isatty() else 200)
 
 
 def _at_least(low: int) -> Callable[[str], int]:
@@ -248,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
                 if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         _load_plugins(args.imports)
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, not at the interpreter's exit: a closed pipe is then caught below
+        return status
+    except BrokenPipeError:  # the reader went away (`eppo-envs list | head -1`): stop quietly
+        return stdout_closed()
     except (KeyError, ValueError, ModuleNotFoundError, TaskError) as exc:
         # User errors (unknown id, bad split, missing plugin, a task's hook returning the wrong types) get one line
         # on stderr, not a traceback; plain print:

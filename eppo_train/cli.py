@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
     from eppo_envs.core import TaskError
+    from eppo_envs.core.pipes import stdout_closed
     from eppo_train.config import ConfigError
     from eppo_train.interrupt import WorkerLost, guard
     from eppo_train.policy.engine import EngineError
@@ -342,7 +343,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with guard(PROG, hint):
         try:
-            return args.run(args)
+            status = args.run(args)
+            sys.stdout.flush()  # here, not at the interpreter's exit: a closed pipe is then caught below
+            return status
+        except BrokenPipeError:  # the reader went away (`eppo-train plot runs/x | head -1`): stop quietly
+            return stdout_closed()
         except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError, TaskError) as exc:
             return _error(str(exc))
         except WorkerLost as exc:  # not the user's error: the run stops at its last checkpoint

@@ -36,8 +36,9 @@ DEFAULT_EPISODES = 64
 
 
 def print_table(report: EvalReport) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from eppo_envs.core.pipes import PipeConsole
 
     k = max((s.get("samples", 1) for s in report.tasks.values()), default=1)
     per = f"{report.episodes_per_task} instances x {k} samples" if k > 1 else f"{report.episodes_per_task} episodes"
@@ -55,7 +56,7 @@ def print_table(report: EvalReport) -> None:
         table.add_row(env_id, cell(s, "success"), *([cell(s, "pass_at_k")] if k > 1 else []),
                       cell(s, "mean_reward"), cell(s, "mean_turns", 2), f"{s['invalid_action_rate']:.3f}")
     # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    PipeConsole(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,6 +213,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eppo_envs.core.pipes import stdout_closed
     from eppo_train.interrupt import guard
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -227,13 +229,18 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:  # an endpoint or worker failure: one line, not a traceback
             print(f"eppo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
-    print_table(report)
+    status = 0
+    try:
+        print_table(report)
+        sys.stdout.flush()  # here, not at the interpreter's exit: a closed pipe is then caught below
+    except BrokenPipeError:  # the reader went away (`| head`): stop printing, still write --json/--transcripts
+        status = stdout_closed()
     try:
         write_outputs(args, report)
     except OSError as exc:  # a read-only folder, a full disk: the table above is printed already
         print(f"eppo-eval: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
-    return 0
+    return status
 
 
 def write_outputs(args: argparse.Namespace, report: EvalReport) -> None:
