@@ -7,7 +7,19 @@ import re
 import threading
 
 from math_verify import parse, verify
-from sympy import Basic, Eq, MatrixBase, Mul, Number, Rational, Symbol, UnevaluatedExpr
+from sympy import (
+    Basic,
+    Eq,
+    FiniteSet,
+    Integer,
+    MatrixBase,
+    Mul,
+    Number,
+    Pow,
+    Rational,
+    Symbol,
+    UnevaluatedExpr,
+)
 
 _SPACE_RE = re.compile(r"\s+")
 _JOINS = re.compile(r"[0-9a-z.]")  # characters a space between keeps apart (in lower-cased text)
@@ -18,6 +30,7 @@ CHILD_DEADLINE_S = 20.0
 # reads two ways: as the number written against an integer ("50%" = 50) and as a hundredth of it against anything
 # else ("50%" = 1/2 = 0.5), so one reply won for two answers.
 _PERCENT = UnevaluatedExpr(Rational(1, 100))
+_NUMERAL_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
 
 
 def _as_math(text: str) -> str:
@@ -103,11 +116,24 @@ def _percent_as_unit(value: object) -> object:
                          lambda e: Mul(*(a for a in e.args if a != _PERCENT)))
 
 
+def _fraction(value: object) -> bool:
+    """`p/q` as math-verify's reading of plain text keeps it: Mul(p, Pow(q, -1)) of two integers (in LaTeX
+    latex2sympy evaluates it to a Rational)."""
+    if not isinstance(value, Mul) or len(value.args) != 2:
+        return False
+    p, q = sorted(value.args, key=lambda a: isinstance(a, Pow))
+    return isinstance(p, Integer) and isinstance(q, Pow) and q.exp == -1 and isinstance(q.base, Integer)
+
+
 def _written_number(value: object) -> bool:
     """Whether math-verify read `value` as one number as written: an integer, a decimal or a fraction (latex2sympy
-    keeps the rest unevaluated), optionally signed and with a percent sign."""
-    if isinstance(value, Number):
+    keeps the rest unevaluated), optionally signed and with a percent sign, `\\text{13}` or a set of one."""
+    if isinstance(value, Number) or _fraction(value):
         return True
+    if isinstance(value, Symbol):  # a number written as text: its name is the numeral
+        return _NUMERAL_RE.fullmatch(value.name) is not None
+    if isinstance(value, FiniteSet):
+        return len(value.args) == 1 and _written_number(value.args[0])
     if not isinstance(value, Mul) or list(value.args).count(_PERCENT) != 1:
         return False
     rest = [a for a in value.args if a != _PERCENT]
@@ -117,14 +143,14 @@ def _written_number(value: object) -> bool:
 
 def _is_answer(value: object) -> bool:
     """Whether `value` (one of math-verify's readings of a reply) answers with a number: the number itself or
-    `x = number`. An expression left to compute is no answer to a numeric question, though math-verify evaluates
-    it: the question's own expression ("Calculate 80 * -30 - 52." answered "80 * -30 - 52") won 59 of 60
-    basic_arithmetic problems, as could "\\sqrt{25}" or "|-5|" for 5. A text reading stays (it equals only the same
-    text)."""
+    `x = number` (the unknown may be `e` or `I`, read as constants). An expression left to compute is no answer to
+    a numeric question, though math-verify evaluates it: the question's own expression ("Calculate 80 * -30 - 52."
+    answered "80 * -30 - 52") won 59 of 60 basic_arithmetic problems, as could "\\sqrt{25}" or "|-5|" for 5. A text
+    reading stays (it equals only the same text)."""
     if isinstance(value, str):
         return True
     if isinstance(value, Eq):
-        return isinstance(value.lhs, Symbol) and _written_number(value.rhs)
+        return value.lhs.is_Atom and not value.lhs.is_Number and _written_number(value.rhs)
     return _written_number(value)
 
 
