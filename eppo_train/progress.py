@@ -33,6 +33,7 @@ class Progress:
         self.t0 = time.perf_counter()
         self.stage_t0 = self.t0
         self.stage = ""
+        self._steps_t0: float | None = None  # when the stage's first SFT step ended
         self.every_s = every_s
         self._last_line = 0.0
         self._last_count: tuple[str, int, int] | None = None  # the last episode count printed
@@ -61,6 +62,7 @@ class Progress:
         """Enter `stage`; without `announce` no line says so (its first step, or the heartbeat, will): a set-up
         error right at the start then stays the command's one line."""
         self.stage, self.stage_t0 = stage, time.perf_counter()
+        self._steps_t0 = None
         self._where, self._last_count = "", None
         interrupt.set_where(0, self._pos(stage))
         if announce:
@@ -122,17 +124,26 @@ class Progress:
         done = step + 1
         interrupt.set_where(1, f"step {done}/{steps}")
         self._where = f"step {done}/{steps}"
-        elapsed = time.perf_counter() - self.stage_t0
-        eta = elapsed / done * (steps - done)
+        # Timed from the end of the first step: the stage's demo episodes and model load before it are no step's
+        # time (counted in, they put step 1's ETA at several times the stage's rest). Step 1 has no ETA yet.
+        now = time.perf_counter()
+        if done == 1 or self._steps_t0 is None:
+            self._steps_t0, eta = now, ""
+        else:
+            eta = f" | stage ETA {_fmt_s((now - self._steps_t0) / (done - 1) * (steps - done))}"
         if done == 1 or done == steps or done % max(steps // 10, 1) == 0:
-            self._line(f"{self._pos(self.stage or 'sft')}: step {done}/{steps} loss {loss:.3f} | stage ETA {_fmt_s(eta)}")
+            self._line(f"{self._pos(self.stage or 'sft')}: step {done}/{steps} loss {loss:.3f}{eta}")
 
-    def rl_iteration(self, record: dict[str, Any], total: int, started: float, first_step: int) -> None:
+    def rl_iteration(self, record: dict[str, Any], total: int, started: float, first_step: int,
+                     first_s: float) -> None:
+        """Iteration `step` done; `started` is when the watcher saw this run's first iteration (`first_step`), which
+        took `first_s`: the ETA counts iterations only, with their checkpoints and evaluations, not the trainer's
+        start-up (Ray, engine, model: counted in, the first ETA of a 3-iteration tiny run was 44 s for 2 s)."""
         step = int(record["step"])
         if step < total:
             interrupt.set_where(1, f"iteration {step + 1}/{total}")
             self._where = f"iteration {step + 1}/{total}"
-        per = (time.perf_counter() - started) / max(step - first_step, 1)
+        per = (time.perf_counter() - started + first_s) / (step - first_step + 1)
         tasks = record.get("tasks", {})
         succ = " ".join(f"{t} {v.get('success', 0.0):.2f}" for t, v in tasks.items())
         self._line(f"{self._pos(self.stage or 'rl')}: iteration {step}/{total} | train success {succ} | "
@@ -180,12 +191,14 @@ class RLWatcher:
         records = self._records()
         first = reported = int(records[-1]["step"]) if records else 0
         interrupt.set_where(1, f"iteration {first + 1}/{self.total}")
-        started = time.perf_counter()
+        origin: tuple[float, int, float] | None = None  # this run's first iteration: seen at, its step, its time
         while True:
             stop = self._stop.wait(self.poll_s)
             for rec in self._records():
                 if int(rec["step"]) > reported:
-                    self.progress.rl_iteration(rec, self.total, started, first)
+                    if origin is None:
+                        origin = (time.perf_counter(), int(rec["step"]), float(rec.get("iteration_time_s", 0.0)))
+                    self.progress.rl_iteration(rec, self.total, *origin)
                     reported = int(rec["step"])
             if stop:
                 return

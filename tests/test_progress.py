@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 
 from eppo_train.progress import Progress
 from eppo_train.ticks import EVALUATION_AGENT, RolloutTick
@@ -52,3 +53,49 @@ def test_the_evaluation_agent_is_named_for_these_lines_and_decodes_greedily():
     assert agent.params.greedy and agent.params.max_new_tokens == cfg.rollout.max_new_tokens  # no evaluation cap
     capped = load_config("tiny", ["evaluation.max_new_tokens=7"])
     assert evaluation_agent(capped, SimpleNamespace(tokenizer=None)).params.max_new_tokens == 7
+
+
+def test_the_rl_eta_leaves_out_the_trainers_start_up(tmp_path, monkeypatch):
+    # the watcher's clock started before Ray, the engine and the model: a tiny run's first line said "stage ETA 44s"
+    # for 2 iterations of 1 s each. Now: the first iteration's own time, then the time between iterations.
+    import json
+
+    from eppo_train import progress as progress_module
+    from eppo_train.progress import RLWatcher
+
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    progress = Progress(["rl"], ["a"], stream=out, every_s=3600)
+    progress.start("rl", announce=False)
+    watcher = RLWatcher(tmp_path, total=5, progress=progress, poll_s=0.01)
+    metrics = tmp_path / "metrics.jsonl"
+    with watcher:
+        clock[0] += 40.0  # start-up
+        for step in (1, 2):
+            with metrics.open("a") as f:
+                f.write(json.dumps({"step": step, "iteration_time_s": 2.0, "tasks": {"a": {"success": 0.5}}}) + "\n")
+            while f"iteration {step}/5" not in out.getvalue():
+                threading.Event().wait(0.01)
+            clock[0] += 3.0  # the next iteration with its checkpoint
+    progress.stop()
+    etas = [line.rsplit("stage ETA ", 1)[1] for line in _lines(out) if "iteration" in line]
+    assert etas == ["8s", "7s"]  # 4 x 2 s; then (2 s + 3 s) / 2 a step x 3
+
+
+def test_the_sft_eta_leaves_out_the_demos(monkeypatch):
+    from eppo_train import progress as progress_module
+
+    clock = [0.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
+    out = io.StringIO()
+    progress = Progress(["sft"], ["a"], stream=out, every_s=3600)
+    progress.start("sft", announce=False)
+    clock[0] = 120.0  # two minutes of demo episodes and the model's load
+    for step in range(4):
+        progress.sft_step(step, 4, 1.0)
+        clock[0] += 5.0
+    progress.stop()
+    assert [line.split(": ", 1)[1] for line in _lines(out)] == [
+        "step 1/4 loss 1.000", "step 2/4 loss 1.000 | stage ETA 10s", "step 3/4 loss 1.000 | stage ETA 5s",
+        "step 4/4 loss 1.000 | stage ETA 0s"]
