@@ -154,3 +154,11 @@ def test_the_config_table_names_every_key(doc):
         if section.name == "env":
             keys |= {f.name for f in dataclasses.fields(TaskConfig)}
         assert keys <= named, f"{doc.name}, {section.name}: {sorted(keys - named)}"
+
+
+def test_the_run_directory_section_names_what_the_trainer_writes():
+    # docs/training.md's "A run directory" left out placement.json (every Ray run writes it) and evals/
+    root = README.parent
+    names = set(re.findall(r'run_dir / "([^"]+)"', (root / "eppo_train" / "trainer.py").read_text()))
+    section = (root / "docs" / "training.md").read_text().split("## A run directory", 1)[1].split("\n## ", 1)[0]
+    assert names and names <= set(re.findall(r"[\w.]+", section)), names - set(re.findall(r"[\w.]+", section))
