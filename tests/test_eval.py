@@ -175,6 +175,15 @@ def test_latest_finds_the_newest_checkpoint(tmp_path):
     assert newest_model_folder(tmp_path / "runs") == newer
 
 
+def test_latest_says_which_checkpoint_it_evaluates(tmp_path, monkeypatch, capsys):
+    from eppo_train.policy.factory import make_policy
+
+    shutil.copytree(tiny_model_dir(), tmp_path / "runs" / "b" / "checkpoints" / "step_2")
+    monkeypatch.chdir(tmp_path)
+    make_policy("latest", backend="hf")
+    assert capsys.readouterr().err.strip() == "latest: runs/b/checkpoints/step_2"
+
+
 class _Endpoint(BaseHTTPRequestHandler):
     """A minimal OpenAI-compatible server: answers every chat with a fixed guess and records what it was sent."""
 

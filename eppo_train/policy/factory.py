@@ -93,8 +93,8 @@ def _path_kind(kind: str) -> Callable[[str, str, PolicyOptions], Agent]:
 
 def _latest(arg: str, backend: str, opts: PolicyOptions) -> Agent:
     found = newest_model_folder()
-    if found is None:
-        print("no checkpoint under runs/: evaluating the default model", file=sys.stderr)
+    # say which: the report names the policy `latest` only, and a newer run (a tiny smoke test) takes its place
+    print(f"latest: {found}" if found else "no checkpoint under runs/: evaluating the default model", file=sys.stderr)
     return _model_agent(str(found) if found else "default", backend, opts)
 
 
