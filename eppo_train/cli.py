@@ -286,7 +286,8 @@ def cmd_study_report(args: argparse.Namespace) -> int:
     from eppo_train.study_report import write_report
 
     results = Path(args.results)
-    out = Path(args.out) if args.out else results.parent / f"{results.name}.md"
+    # where `eppo-train study` writes it: <out>/results -> <out>/study.md, docs/results/study -> docs/results/study.md
+    out = Path(args.out) if args.out else results.parent / "study.md"
     try:
         path = write_report(results, out)
     except ResultError as exc:

@@ -170,6 +170,16 @@ def test_study_report_errors_are_one_line(tmp_path: Path, capsys):
     assert not (tmp_path / "r.md").exists()
 
 
+def test_study_report_writes_where_the_study_wrote_it(tmp_path: Path, capsys):
+    # `study --quick` writes runs/study-study-quick/{results/, study.md}; study-report on that results folder
+    # wrote results.md beside it, not the study.md its --help promised
+    from eppo_train.cli import main
+
+    _write(tmp_path / "quick" / "results", [_result("grpo", 0, {"a": [1, 0]}, [[]], [0])], plan=["grpo-seed0"])
+    assert main(["study-report", "--results", str(tmp_path / "quick" / "results")]) == 0
+    assert (tmp_path / "quick" / "study.md").is_file() and not (tmp_path / "quick" / "results.md").exists()
+
+
 def test_study_rejects_an_unknown_loss_or_ablation(tmp_path: Path, capsys):
     from eppo_train.cli import main
 
