@@ -26,6 +26,7 @@ import gymnasium as gym
 
 import eppo_envs  # noqa: F401  (registers the built-in tasks)
 from eppo_envs.core import TaskError
+from eppo_train import gcs_watch
 from eppo_train.config import ConfigError
 from eppo_train.interrupt import WorkerLost, ray_init_signals
 
@@ -182,6 +183,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
     import ray
 
     if ray.is_initialized():
+        gcs_watch.start(ray, local=not address)  # a second command in this process (tests): watched too
         return
     kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
     if address:
@@ -197,6 +199,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
         with ray_init_signals():
             ray.init(num_cpus=num_cpus, resources=resources or None, include_dashboard=False, **kwargs)
     _hush_death_reports(ray)
+    gcs_watch.start(ray, local=not address)  # a dead GCS: the command's one line in seconds, not Ray's exit at 60 s
 
 
 # The opening words of the reports Ray's raylet publishes to the driver when one of its processes dies under it

@@ -14,6 +14,10 @@ unexpectedly", a dump of the engine's config and scheduler, `RuntimeError: cance
 through this process, which relays it until the interrupt arrives and drops it from then on, so the one line stays
 the last and only thing the user reads.
 
+`lose(reason)` stops the command the same way from another thread, for a death that no call of the main thread
+would report in time (Ray's GCS: eppo_train/gcs_watch.py): the same clean-up, then `<prog>: error: <reason>; <hint>`
+and exit 1, as for a WorkerLost.
+
 None of that can run when the command itself is SIGKILLed (the OOM killer, `kill -9`) or crashes, so `guard()` also
 starts the command's watchdog (`eppo_train/reaper.py`, one small process per command): whenever the command ends,
 however it ends, the watchdog terminates, then kills, every descendant the command had.
@@ -32,6 +36,7 @@ from contextlib import contextmanager
 from eppo_train import reaper
 
 EXIT_INTERRUPTED = 130
+EXIT_LOST = 1  # a component died under the command (WorkerLost, lose())
 
 
 class WorkerLost(RuntimeError):
@@ -84,6 +89,28 @@ def _resend(signum: int) -> None:
 
 
 _guarding = threading.Event()  # set while a guard() body runs
+_lost: list[str] = []  # why lose() stopped the command: guard() says it as its error line
+# After lose(), between SIGTERM and SIGKILL of what is left: with the GCS dead, Ray's raylet and actors spend a
+# SIGTERM trying to reach it (all still alive 5 s later, measured 2026-12-06), and nothing of a run lives in them.
+LOST_GRACE_S = 1.0
+
+
+def guarding() -> bool:
+    """Whether a guard() body is running and has not begun to unwind."""
+    return _guarding.is_set() and not _unwinding.is_set()
+
+
+def lose(reason: str) -> bool:
+    """From any thread: stop the guarded command because something it cannot go on without died (`reason`, one
+    line). It unwinds as from a SIGTERM, through the same clean-up, then prints `<prog>: error: <reason>; <hint>` and
+    exits 1 (WorkerLost's line). An interrupt, not an exception of our own: the main thread may be blocked in
+    `ray.get`, which ends early only for a KeyboardInterrupt (Ray's signal check drops any other exception). False
+    (nothing done) outside a guard() body or once it unwinds."""
+    if not guarding() or _lost:
+        return False
+    _lost.append(reason)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+    return True
 
 
 @contextmanager
@@ -135,9 +162,11 @@ def reap_children(timeout: float = 5.0) -> None:
 
 
 def _quiet_cleanup() -> None:
-    """Shut Ray down if this process started it (its workers would otherwise outlive us), without its logs."""
+    """Shut Ray down if this process started it (its workers would otherwise outlive us), without its logs.
+    Not after lose(): what died may be Ray's GCS, and Ray's shutdown then waits on it (7 s measured 2026-12-06) and
+    kills the raylet before its own children, which reap_children() then no longer finds; it ends them all."""
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
+    if ray is not None and ray.is_initialized() and not _lost:
         try:
             ray.shutdown()
         except Exception:  # noqa: BLE001  (best effort: the reaper below ends what is left)
@@ -195,8 +224,10 @@ def _relay(read_end: int, out: int) -> None:
 
 @contextmanager
 def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
-    """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130."""
+    """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130 (after lose():
+    `error: <reason>; <resume_hint()>`, exit 1)."""
     _where.clear()
+    _lost.clear()
     reaper.start()  # first: whatever the body starts is watched, even if this process is SIGKILLed
     _unwinding.clear()
     _interrupted.clear()
@@ -211,12 +242,15 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _unwinding.set()
         _quiet_cleanup()
-        reap_children()
+        reap_children(LOST_GRACE_S if _lost else 5.0)
         sys.stdout.flush()
         hint = resume_hint()  # first: it may look at the run dir and refine `where`
-        print(f"{prog}: interrupted at {where()}; {hint}", file=sys.stderr, flush=True)
+        if _lost:  # lose(): not the user's interrupt but a component's death
+            print(f"{prog}: error: {_lost[0]}; {hint}", file=sys.stderr, flush=True)
+        else:
+            print(f"{prog}: interrupted at {where()}; {hint}", file=sys.stderr, flush=True)
         # Exit now: interpreter shutdown would run atexit hooks (Ray's, tqdm's) that can print or hang.
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(EXIT_LOST if _lost else EXIT_INTERRUPTED)
     finally:
         _unwinding.set()
         _guarding.clear()
