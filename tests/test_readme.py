@@ -162,3 +162,11 @@ def test_the_run_directory_section_names_what_the_trainer_writes():
     names = set(re.findall(r'run_dir / "([^"]+)"', (root / "eppo_train" / "trainer.py").read_text()))
     section = (root / "docs" / "training.md").read_text().split("## A run directory", 1)[1].split("\n## ", 1)[0]
     assert names and names <= set(re.findall(r"[\w.]+", section)), names - set(re.findall(r"[\w.]+", section))
+
+
+def test_make_messages_quoted_in_the_docs_name_the_targets_recipe_line():
+    # docs/pipeline.md quoted `make: *** [Makefile:31: train] Interrupt`; the train recipe had moved to line 44
+    lines = (README.parent / "Makefile").read_text().splitlines()
+    for doc in DOCS:
+        for line, target in re.findall(r"Makefile:(\d+): ([\w-]+)\]", doc.read_text()):
+            assert lines[int(line) - 2].startswith(f"{target}:"), f"{doc.name}: Makefile:{line} is not {target}'s recipe"
