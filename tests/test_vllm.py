@@ -184,6 +184,131 @@ def test_the_hosted_engine_starts_after_numba_and_repeats_a_call_bit_for_bit_und
     assert _litter(tmp_path) == []
 
 
+def _open_zmq() -> set[int]:
+    """The ZeroMQ sockets and contexts of this process that are not closed."""
+    import gc
+    import warnings
+
+    import zmq
+
+    with warnings.catch_warnings():  # isinstance on torch.distributed's deprecated `reduce_op` warns
+        warnings.simplefilter("ignore", FutureWarning)
+        return {id(o) for o in gc.get_objects() if isinstance(o, zmq.Socket | zmq.Context) and not o.closed}
+
+
+def test_a_failed_start_leaves_no_zmq_socket_open(tmp_path, monkeypatch):
+    """An engine client that cannot bind its socket (here a socket folder too long for an ipc path, as under pytest's
+    tmp_path before 6e3d5b6) left that socket open and its context unterminated, reachable from the error. Once the
+    error was dropped the garbage collector could finalize the context first and wait forever in `Context.term` for
+    the socket: in the CI rehearsal the test after test_vllm's failed fixture hung in gc.collect()."""
+    import gc
+
+    import zmq
+
+    from eppo_train.policy import vllm as vllm_policy
+
+    long_folder = tmp_path / ("x" * 80)
+    long_folder.mkdir()
+    monkeypatch.setattr(vllm_policy, "socket_folder", lambda: tempfile.mkdtemp(dir=long_folder))
+    before = _open_zmq()
+    with pytest.raises(zmq.ZMQError, match="longer than 107") as failed:
+        VLLMPolicy(MODEL, dtype="float32", max_model_len=1024, enforce_eager=True)
+    assert _open_zmq() - before == set()  # while the error and its frames are still held, as pytest holds them
+    assert list(long_folder.iterdir()) == []  # the socket folder goes at once, not when the error is freed
+    del failed
+    gc.collect()  # hung here (or in the next test's) without the fix, depending on the collector's order
+
+
+def test_an_engine_keeps_its_rendezvous_file_in_its_own_folder(tmp_path):
+    """vLLM's executor names torch.distributed's FileStore `<temp folder>/vllm_dist_<uuid4>` in the process that
+    starts the engine core: ours (policy/hosted.py's child), or a process vLLM spawns. While the engine starts, its
+    own folder is that temp folder in both, and torch's compile cache stays where it was."""
+    import subprocess
+    import sys
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    from vllm.utils.network_utils import get_file_store_init_method
+
+    from eppo_train.policy.vllm_teardown import engine_temp
+
+    folder = tmp_path / "engine"
+    folder.mkdir()
+    compile_cache = default_cache_dir()
+    code = ("from vllm.utils.network_utils import get_file_store_init_method as f; "
+            "from torch._inductor.runtime.cache_dir_utils import cache_dir; print(f()); print(cache_dir())")
+    with engine_temp(str(folder)):
+        here = get_file_store_init_method()
+        spawned = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    there, there_cache = spawned.stdout.split()
+    assert here.startswith(f"file://{folder}/vllm_dist_") and there.startswith(f"file://{folder}/vllm_dist_")
+    assert there_cache == compile_cache
+    assert tempfile.gettempdir() != str(folder) and os.environ.get("TMPDIR") != str(folder)  # for the start only
+
+
+# A watched command (guard(), as eppo-eval) with the CPU default engine (policy/hosted.py), which waits to be killed.
+KILLED_OWNER = """
+import json, sys, time
+import psutil
+from eppo_train import reaper
+from eppo_train.interrupt import guard
+from eppo_train.policy.hosted import HostedVLLMPolicy
+
+if __name__ == "__main__":  # the engine's child is spawned: it imports this file
+    with guard("owner", lambda: "rerun"):
+        reaper.ready(60)
+        engine = HostedVLLMPolicy(sys.argv[1], dtype="float32", max_model_len=512, enforce_eager=True)
+        kids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid != reaper.watchdog_pid()]
+        print(json.dumps(kids), flush=True)
+        time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_engine_leaves_no_rendezvous_file(tmp_path):
+    """kill -9 of the engine, then of its command: vLLM's rendezvous file (`vllm_dist_*`, removed only by the
+    engine's clean shutdown) stayed in the temp folder, one per killed engine. It is now in the engine's folder,
+    which the command's watchdog removes. An engine start: about a minute on 2 cores."""
+    import json
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from eppo_train import reaper
+
+    temp = Path(tempfile.mkdtemp(prefix="vllm-kill-", dir="/tmp"))  # short: the engine's folder fits inside
+    (tmp_path / "owner.py").write_text(KILLED_OWNER)
+    env = {**os.environ, "TMPDIR": str(temp), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "ERROR",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "owner.py"), MODEL], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    pids: list[int] = []
+    try:
+        pids = json.loads(proc.stdout.readline() or "[]")
+        assert pids, "the engine did not start"
+        rendezvous = list(temp.glob("**/vllm_dist_*"))
+        assert len(rendezvous) == 1 and rendezvous[0].parent.name.startswith("eppo-vllm-ipc-"), rendezvous
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + reaper.GRACE_S + 10
+        while time.monotonic() < deadline and _litter(temp):
+            time.sleep(0.2)
+        assert _litter(temp) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def test_a_closed_engine_leaves_nothing_in_the_temp_folder(engines, engine_temp):
     """vLLM's ZMQ socket files (seven an engine start) stayed in /tmp after every run: each engine now names them in
     a folder of its own, removed on close. Last in this module: it closes the module's engine."""

@@ -24,7 +24,10 @@ from the learner each iteration without restarting the engine.
 - Sockets: vLLM names its ZMQ sockets after `VLLM_RPC_BASE_PATH` (by default the temp folder) and leaves the
   socket files behind when the engine ends (seven an engine start: hundreds piled up in /tmp). Each engine gets a
   private folder for them, removed when it closes (or when the interpreter exits; when its process is killed, by
-  the command's watchdog: `reaper.owned_prefix`).
+  the command's watchdog: `reaper.owned_prefix`). The folder is also the engine's temp folder while it starts, so
+  its torch.distributed rendezvous file (`vllm_dist_*`) goes with it (policy/vllm_teardown.py).
+- A failed start: the ZMQ sockets and context it leaves open are closed before its error is raised; left to the
+  garbage collector they could hang it (policy/vllm_teardown.py).
 - CPU threads: `VLLM_CPU_OMP_THREADS_BIND` (default here: every core, `0-(n-1)`) decides which cores run the model;
   the engine is idle (no spinning) between calls, so it does not hold the cores while the learner steps.
 """
@@ -113,9 +116,18 @@ class VLLMPolicy(PolicyBackend):
         # first one's (removed) socket folder
         getattr(vllm.envs, "disable_envs_cache", lambda: None)()
         self._remove_socket_dir = weakref.finalize(self, shutil.rmtree, self._socket_dir, True)
-        # after a Ctrl-C, the engine's shutdown messages are dropped; its sockets are named at start-up
-        with relayed_child_output(), scoped_environment(VLLM_RPC_BASE_PATH=self._socket_dir, **quiet_child_env()):
-            self.llm = vllm.LLM(**kwargs)
+        from eppo_train.policy.vllm_teardown import close_zmq_left_by, engine_temp
+
+        # after a Ctrl-C, the engine's shutdown messages are dropped; its sockets are named at start-up, and what it
+        # writes to the temp folder goes in its own folder (vllm_teardown.engine_temp)
+        try:
+            with relayed_child_output(), engine_temp(self._socket_dir), scoped_environment(
+                    VLLM_RPC_BASE_PATH=self._socket_dir, **quiet_child_env()):
+                self.llm = vllm.LLM(**kwargs)
+        except BaseException as exc:
+            close_zmq_left_by(exc)  # else a later garbage collection can hang on the failed start's context
+            self._remove_socket_dir()
+            raise
 
     # ----------------------------------------------------------------- generation
     def _sampling(self, params: SamplingParams, cap: int, index: int):
