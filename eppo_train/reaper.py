@@ -23,7 +23,8 @@ the owner that says once that it watches, see `ready()`). The watchdog:
   left after `GRACE_S`, removes the shared-memory segments created since the owner started that no live process
   holds any more (an interrupted vLLM engine leaves 160-250 MB ones in /dev/shm), removes the temporary files and
   folders named with the owner's marker (`owned_prefix()`: model copies, checkpoints in transit, weights on their
-  way to the engine, the engine's socket folder, which their makers remove unless killed first), and exits.
+  way to the engine, the engine's socket folder with vLLM's rendezvous file in it, which their makers remove
+  unless killed first), and exits.
 
 A process is signalled only when its create time still matches the recorded one, through a pidfd opened before the
 check, so the check and the signal concern the same process: a pid reused by an unrelated process is never hit.
@@ -120,9 +121,10 @@ def owned_prefix(prefix: str) -> str:
 
 
 def remove_owned_temp(tag: str) -> list[str]:
-    """Remove the entries of the temp folder and /dev/shm that `owned_prefix` named with `tag`; their names."""
+    """Remove the entries of the temp folder, /tmp and /dev/shm that `owned_prefix` named with `tag`; their names.
+    /tmp as well: under a long TMPDIR the engine's socket folder is made there (`policy.vllm.socket_folder`)."""
     removed: list[str] = []
-    for folder in dict.fromkeys((tempfile.gettempdir(), SHM_DIR)):
+    for folder in dict.fromkeys((tempfile.gettempdir(), "/tmp", SHM_DIR)):
         try:
             names = [n for n in os.listdir(folder) if n.startswith("eppo-") and f"-{tag}-" in n]
         except OSError:

@@ -242,3 +242,22 @@ def test_the_engine_socket_folder_fits_an_ipc_path(tmp_path, monkeypatch):
     short = socket_folder()
     os.rmdir(short)
     assert short.startswith("/tmp/eppo-vllm-ipc-0123456789abcdef-")
+
+
+def test_an_owned_folder_in_tmp_is_removed_under_another_temp_folder(tmp_path, monkeypatch):
+    """Under a long TMPDIR (pytest's tmp_path) the engine's socket folder, with vLLM's rendezvous file in it, is made
+    in /tmp (6e3d5b6); the watchdog looked in the temp folder only and left it behind when the engine was killed."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    owned = tempfile.mkdtemp(prefix="eppo-vllm-ipc-0123456789abcdef-", dir="/tmp")
+    other = tempfile.mkdtemp(prefix="eppo-vllm-ipc-fedcba9876543210-", dir="/tmp")  # another command's
+    (Path(owned) / "vllm_dist_0").write_bytes(b"x" * 2423)
+    try:
+        assert reaper.remove_owned_temp("0123456789abcdef") == [os.path.basename(owned)]
+        assert not Path(owned).exists() and Path(other).exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(owned, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
