@@ -240,11 +240,29 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     if not sep or "://" in address or not port.isdigit():
         return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()  # [::1]:6379 too
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)  # [::1]:6379 too
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(f"ray.address {address!r}: nothing answers there ({reason}); start a cluster with "
                           "`ray start --head`, or leave ray.address unset (no --ray-address) for a local Ray") from None
+    with conn:
+        first = _first_bytes(conn, timeout_s)
+    # A GCS is a gRPC server: its first bytes are an HTTP/2 SETTINGS frame (type 4). Anything else (the dashboard's
+    # port 8265, a web server) kept Ray's client retrying for minutes, a C++ warning a second, before its error.
+    if first and (len(first) < 4 or first[3] != 4):
+        raise ConfigError(f"ray.address {address!r}: something answers there, but not a Ray cluster (it sent "
+                          f"{first[:16]!r}); give the GCS address `ray start --head` prints (port 6379 by default, "
+                          "not the dashboard's 8265)")
+
+
+def _first_bytes(conn: Any, timeout_s: float) -> bytes:
+    """What a server sends first when spoken to in HTTP/2 (b"" when it says nothing in time or hangs up)."""
+    conn.settimeout(timeout_s)
+    try:
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # preface, SETTINGS
+        return conn.recv(9)
+    except OSError:
+        return b""
 
 
 class PlacementError(ConfigError):

@@ -117,6 +117,49 @@ def test_a_ray_address_where_nothing_answers_is_one_line_at_once(tmp_path, capsy
     assert time.monotonic() - t0 < 30
 
 
+def test_a_ray_address_where_no_ray_answers_is_one_line_at_once(tmp_path, capsys):
+    """The dashboard's port (or any web server) for --ray-address: Ray's client retried it for minutes, a C++
+    warning a second (3m26s until a timeout stopped it)."""
+    import threading
+    import time
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    from eppo_train.cli import main
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # its request log would be stderr lines of its own
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        t0 = time.monotonic()
+        assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=0",
+                     "--ray-address", f"127.0.0.1:{port}"]) == 2
+        assert time.monotonic() - t0 < 30
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "something answers there, but not a Ray cluster" in err, err
+
+
+def test_the_ray_address_probe_lets_a_real_gcs_through():
+    import ray
+
+    from eppo_train.envpool import _check_reachable
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        _check_reachable(ray.get_runtime_context().gcs_address)  # its first bytes are an HTTP/2 SETTINGS frame
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
     """A Ray actor that dies under `eppo-train` (killed, out of memory, its node gone) stops the run with one line
     that names it and how to resume, exit 1; before this it was Ray's 30-line ActorDiedError traceback."""
