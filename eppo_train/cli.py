@@ -56,6 +56,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                           "not --config")
         if not (run_dir / "config.yaml").is_file():
             return _error(f"{run_dir} is not a run directory (no config.yaml)")
+        if _pipeline_run(run_dir):  # else "no checkpoint yet": its trainer run is rl/, made in stage 4
+            return _error(f"{run_dir} is a pipeline run (make train); resume it with: "
+                          f'make train ARGS="--resume {run_dir}" (or {PROG} pipeline --resume {run_dir})')
         # the saved config, with the run's location pinned to where it is now
         overrides = [f"run.out_dir={run_dir.parent}", f"run.name={run_dir.name}", *overrides]
         cfg = load_run_config(run_dir / "config.yaml", overrides)
@@ -82,6 +85,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         progress.stop()
     print(f"run written to {out}")
     return 0
+
+
+def _pipeline_run(run_dir: Path) -> bool:
+    """Whether `eppo-train pipeline` made `run_dir`: it has pipeline.json once a stage has finished; before that
+    only its config.yaml, whose run.out_dir is the folder's parent but whose run.name is not the folder's name (the
+    pipeline writes to <out_dir>/<timestamp>; the trainer to <out_dir>/<name>, and it writes metrics or a checkpoint
+    as it goes)."""
+    import yaml
+
+    from eppo_train.trainer import holds_run
+
+    if (run_dir / "pipeline.json").exists():
+        return True
+    if holds_run(run_dir) or (run_dir / "latest").exists():
+        return False
+    try:
+        run = yaml.safe_load((run_dir / "config.yaml").read_text())["run"]
+        out_dir, name = Path(run["out_dir"]), str(run["name"])
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, KeyError, TypeError):
+        return False  # load_run_config says what is wrong with it
+    return out_dir.resolve() == run_dir.parent.resolve() and name != run_dir.name
 
 
 def _hint_train(run_dir: Path, total: int) -> None:

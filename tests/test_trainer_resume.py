@@ -117,3 +117,29 @@ def test_resuming_one_commands_run_with_the_other_says_which_it_is(tmp_path, cap
     assert main(["pipeline", "--resume", str(run)]) == 2
     assert f"{run} is an eppo-train run, not a pipeline run; resume it with: eppo-train --resume {run}" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage", ["first", "later"])
+def test_resuming_a_pipeline_run_with_eppo_train_names_the_pipeline_command(tmp_path, capsys, stage):
+    # was "nothing to resume in ... (no checkpoint yet)": `make train` stopped in its first stage (only config.yaml,
+    # in runs/<timestamp>), or later (pipeline.json; its trainer run is rl/)
+    from eppo_train.config import load_config, save_config
+
+    run = tmp_path / "runs" / "20261206-205000"
+    save_config(load_config("tiny", ["ray.enabled=false", f"run.out_dir={run.parent}", "run.name=pipeline"]),
+                run / "config.yaml")
+    if stage == "later":
+        (run / "pipeline.json").write_text('{"done": {"eval_base": {}}}')
+    assert main(["--resume", str(run)]) == 2
+    assert capsys.readouterr().err == (f"eppo-train: error: {run} is a pipeline run (make train); resume it with: "
+                                       f'make train ARGS="--resume {run}" (or eppo-train pipeline --resume {run})\n')
+
+
+def test_a_trainer_run_before_its_first_checkpoint_is_not_taken_for_a_pipeline_run(tmp_path, capsys):
+    from eppo_train.config import load_config, save_config
+
+    run = tmp_path / "runs" / "mine"
+    save_config(load_config("tiny", ["ray.enabled=false", f"run.out_dir={run.parent}", "run.name=mine"]),
+                run / "config.yaml")
+    assert main(["--resume", str(run)]) == 2
+    assert "(no checkpoint yet)" in capsys.readouterr().err
