@@ -153,9 +153,7 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
     from eppo_train.study_record import model_fingerprint
 
     if sft_dir:
-        if not (Path(sft_dir) / "config.json").is_file():
-            raise ConfigError(f"--sft: {sft_dir} is not a model folder (no config.json)")
-        model, how = sft_dir, "given with --sft"
+        model, how = sft_dir, "given with --sft"  # run_study checked it
     elif cfg.sft.steps > 0:
         from eppo_train.sft import sft_model_in_stage, sft_source
 
@@ -223,6 +221,9 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
     """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
     from eppo_train.study_report import write_report
 
+    # before anything is written: a wrong --sft left a plan.json (and its folders) behind its error
+    if sft_dir and not (Path(sft_dir) / "config.json").is_file():
+        raise ConfigError(f"--sft: {sft_dir} is not a model folder (no config.json)")
     write_plan(plan, paths.results)
     todo = pending_runs(plan, paths.results)
     done = [r.name for r in plan if r not in todo]

@@ -293,3 +293,14 @@ def test_committed_study_runs_match_the_shipped_study_config():
     plan = make_plan(list(DEFAULT_ALGOS), 3, list(ABLATIONS), 1)
     assert all((results / f"{r.name}.json").is_file() for r in plan)
     assert stale_results(load_config("study"), plan, results, Path("runs/study-study")) == {}
+
+
+def test_a_wrong_sft_folder_is_one_line_before_anything_is_written(tmp_path: Path, capsys):
+    # plan.json (and the results folder) were written before the --sft check
+    from eppo_train.cli import main
+
+    out = tmp_path / "study"
+    assert main(["study", "--quick", "--sft", str(tmp_path / "nonexistent"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"eppo-train: error: --sft: {tmp_path / 'nonexistent'} is not a model "
+                                       "folder (no config.json)\n")
+    assert not out.exists()
