@@ -66,10 +66,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _peak_gib(device: str) -> float:
+def _peak_gib(device: str) -> float | None:
+    """None on CPU: nothing measures it there (it printed "peak GPU memory nan GiB", and the JSON held NaN)."""
     import torch
 
-    return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+    return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+
+
+def _peak_text(gib: float | None) -> str:
+    return "" if gib is None else f"; peak GPU memory {gib:.2f} GiB"
 
 
 def _reset_peak(device: str) -> None:
@@ -249,14 +254,14 @@ def run_check(cpu: bool, skip_train: bool = False) -> tuple[int, dict]:
     print(f"learner step (bf16 autocast, {sizes.seqs}x{sizes.seq_len} tokens, {sizes.steps} steps): "
           f"{lrn['tokens_per_s']:,.0f} tokens/s, {lrn['flops_per_s'] / 1e12:.2f} TFLOP/s model FLOPs; "
           f"MFU {lrn['flops_per_s'] / rate:.1%} of the measured matmul rate, {mfu_spec}; "
-          f"loss finite: {lrn['loss_finite']}; peak GPU memory {lrn['peak_gib']:.2f} GiB", flush=True)
+          f"loss finite: {lrn['loss_finite']}{_peak_text(lrn['peak_gib'])}", flush=True)
     del lrn["learner"]  # frees its optimizer state before generation
     if device == "cuda":
         torch.cuda.empty_cache()
     gen = bench_generation(sizes, device, model, tokenizer)
     print(f"HF generation (bf16, {sizes.gen_prompts} prompts x {sizes.gen_prompt_len} tokens, up to "
-          f"{sizes.gen_new_tokens} new): {gen['tokens_per_s']:,.0f} new tokens/s ({gen['new_tokens']} tokens); "
-          f"peak GPU memory {gen['peak_gib']:.2f} GiB", flush=True)
+          f"{sizes.gen_new_tokens} new): {gen['tokens_per_s']:,.0f} new tokens/s ({gen['new_tokens']} tokens)"
+          f"{_peak_text(gen['peak_gib'])}", flush=True)
     loaded = sorted(m for m in ("gymnasium", "ray", "vllm") if sys.modules.get(m) is not None)
     print(f"modules loaded by the timed part beyond torch/transformers: {', '.join(loaded) or 'none'}", flush=True)
     del model

@@ -64,3 +64,4 @@ def test_gpu_check_without_a_bundle_exits_0_when_it_passes(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert "gpu_check: passed" in done.stdout, (done.stdout + done.stderr)[-3000:]
     assert done.returncode == 0
+    assert "nan" not in done.stdout and "peak GPU memory" not in done.stdout  # was "peak GPU memory nan GiB" on CPU
