@@ -180,6 +180,11 @@ def with_env_kwargs(env_ids: list[str], items: list[str]) -> list[str]:
             out.append(env_id)
             continue
         label = task_label(env_id)
+        accepted = constructor_options(env_id)
+        unknown = [k for k in options[env_id] if accepted is not None and k not in accepted]
+        if unknown:  # else gymnasium's "... was raised from the environment creator for run/<task>-v0 with kwargs"
+            raise UsageError(f"--env-kwarg for {label}: no option {unknown[0]!r} (its options: "
+                             f"{', '.join(accepted) or 'none'})")
         variant = task_variant(env_id, label, options[env_id])
         try:  # a bad option is the user's: build one env now for a one-line error, not a traceback mid-run
             gym.make(variant).close()
@@ -187,6 +192,26 @@ def with_env_kwargs(env_ids: list[str], items: list[str]) -> list[str]:
             raise UsageError(f"--env-kwarg for {label}: {exc}") from None
         out.append(variant)
     return out
+
+
+def constructor_options(env_id: str) -> list[str] | None:
+    """The keyword options a task's class takes: its `__init__`'s named parameters and, where that passes
+    `**kwargs` on, its bases'; None where they end in `**kwargs` that anything may fill."""
+    import inspect
+
+    from eppo_envs.core.registry import env_class
+
+    names: list[str] = []
+    for cls in env_class(env_id).__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        if cls is object:
+            return sorted(set(names))
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # not self
+        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return sorted(set(names))
+    return None
 
 
 def eval_split(env_id: str) -> str:

@@ -130,6 +130,15 @@ def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
+    # was gymnasium's "AgentEnv.__init__() got an unexpected keyword argument 'nokey' was raised from the
+    # environment creator for run/math-v0 with kwargs ({'nokey': 1})"
+    assert main(["--policy", "expert", "--tasks", "math", "--episodes", "1", "--env-kwarg", "math.nokey=1",
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == ("eppo-eval: --env-kwarg for math: no option 'nokey' (its options: level, "
+                                       "max_tool_calls, render_mode, sandbox, sources, split)\n")
+
+
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(tmp_path, capsys):
     # a folder given as --json used to end, after the whole evaluation, in an IsADirectoryError traceback
     for flag in ("--json", "--transcripts"):
