@@ -236,6 +236,9 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
+    from eppo_train.policy.models import resolve_model
+
+    resolve_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
     # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
     progress = Progress(["signal"], [])
     progress.start("signal")

@@ -171,3 +171,15 @@ def test_measure_counts_rescue_only_where_the_greedy_reply_loses(monkeypatch):
     cfg = load_config("tiny", ["rollout.group_size=3", "rollout.temperature=1.0"])
     assert measure(cfg, [1.0], batches=1, progress=lambda _: None) == [
         _EXPECTED, SignalRow("u", 1.0, 2, signal=0.0, rescue=0.0, success=0.0, greedy=1.0, reply_tokens=7.0)]
+
+
+def test_a_wrong_model_is_told_before_the_tasks_are_set_up(tmp_path, capsys, monkeypatch):
+    # `eppo-train signal --model runs/nothere` set up the pipeline's five tasks (~10-20 s) before the model's error
+    import eppo_train.tasks
+
+    def too_early(cfg):
+        raise AssertionError("the tasks were set up before the model was checked")
+
+    monkeypatch.setattr(eppo_train.tasks, "prepare_tasks", too_early)
+    assert main(["signal", "--model", str(tmp_path / "nothere")]) == 2
+    assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")
