@@ -15,11 +15,11 @@ from rich.table import Table
 import eppo_envs
 from eppo_envs.benchmarks.experts import run_expert
 from eppo_envs.core import TaskError, first_prompt
-from eppo_envs.core.pipes import PipeConsole, stdout_closed
+from eppo_envs.core.pipes import pipe_console, stdout_closed
 from eppo_envs.core.registry import import_tasks, resolve, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
-console = PipeConsole(width=None if sys.stdout.isatty() else 200)
+console = pipe_console(width=None if sys.stdout.isatty() else 200)
 
 
 def _at_least(low: int) -> Callable[[str], int]:

@@ -38,7 +38,7 @@ DEFAULT_EPISODES = 64
 def print_table(report: EvalReport) -> None:
     from rich.table import Table
 
-    from eppo_envs.core.pipes import PipeConsole
+    from eppo_envs.core.pipes import pipe_console
 
     k = max((s.get("samples", 1) for s in report.tasks.values()), default=1)
     per = f"{report.episodes_per_task} instances x {k} samples" if k > 1 else f"{report.episodes_per_task} episodes"
@@ -56,7 +56,7 @@ def print_table(report: EvalReport) -> None:
         table.add_row(env_id, cell(s, "success"), *([cell(s, "pass_at_k")] if k > 1 else []),
                       cell(s, "mean_reward"), cell(s, "mean_turns", 2), f"{s['invalid_action_rate']:.3f}")
     # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
-    PipeConsole(width=None if sys.stdout.isatty() else 160).print(table)
+    pipe_console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-
-from rich.console import Console
+from typing import Any
 
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: the status a shell shows for a command a closed pipe stopped
 
@@ -24,10 +23,15 @@ def stdout_closed() -> int:
     return SIGPIPE_STATUS
 
 
-class PipeConsole(Console):
+def pipe_console(**kwargs: Any) -> Any:
     """A rich Console that leaves a closed pipe to the command: rich's own handling exits at once (status 1), past
-    the command's handlers, so `eppo-eval --json out.json | head -3` never wrote out.json."""
+    the command's handlers, so `eppo-eval --json out.json | head -3` never wrote out.json. rich is imported here, not
+    at the top: `eppo-train` imports `stdout_closed` on a GPU machine's bare bundle, which has no rich."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True  # nothing more to print
-        raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more to print
+            raise BrokenPipeError(errno.EPIPE, "stdout's reader has gone")
+
+    return PipeConsole(**kwargs)
