@@ -229,7 +229,7 @@ def test_an_engine_keeps_its_rendezvous_file_in_its_own_folder(tmp_path):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     from vllm.utils.network_utils import get_file_store_init_method
 
-    from eppo_train.policy.vllm_teardown import engine_temp
+    from eppo_train.policy.vllm import engine_temp
 
     folder = tmp_path / "engine"
     folder.mkdir()

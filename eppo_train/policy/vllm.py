@@ -47,6 +47,7 @@ from typing import Any
 from eppo_train.interrupt import relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer, resolve_model
+from eppo_train.policy.vllm_teardown import close_zmq_left_by
 from eppo_train.reaper import owned_prefix
 
 
@@ -116,10 +117,8 @@ class VLLMPolicy(PolicyBackend):
         # first one's (removed) socket folder
         getattr(vllm.envs, "disable_envs_cache", lambda: None)()
         self._remove_socket_dir = weakref.finalize(self, shutil.rmtree, self._socket_dir, True)
-        from eppo_train.policy.vllm_teardown import close_zmq_left_by, engine_temp
-
         # after a Ctrl-C, the engine's shutdown messages are dropped; its sockets are named at start-up, and what it
-        # writes to the temp folder goes in its own folder (vllm_teardown.engine_temp)
+        # writes to the temp folder goes in its own folder (engine_temp)
         try:
             with relayed_child_output(), engine_temp(self._socket_dir), scoped_environment(
                     VLLM_RPC_BASE_PATH=self._socket_dir, **quiet_child_env()):
@@ -244,6 +243,36 @@ def scoped_environment(**values: str) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def engine_temp(folder: str) -> Iterator[None]:
+    """`folder` is the temp folder while an engine starts: in this process (`tempfile.tempdir`; the engine core runs
+    here in policy/hosted.py's child, and a forked engine process inherits it) and in the processes the engine spawns
+    (`TMPDIR`, which they keep). So vLLM's rendezvous file (policy/vllm_teardown.py) and whatever else its processes
+    write to the temp folder go with the engine's own folder: removed when the engine closes, and by the command's
+    watchdog when the process was killed (its name carries the watchdog's marker, `reaper.owned_prefix`). torch's compile cache stays where it was
+    (`TORCHINDUCTOR_CACHE_DIR`, unless set): later starts reuse it."""
+    pinned = {} if "TORCHINDUCTOR_CACHE_DIR" in os.environ else {"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
+    previous = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        with scoped_environment(TMPDIR=folder, **pinned):
+            yield
+    finally:
+        tempfile.tempdir = previous
+
+
+def _inductor_cache_dir() -> str:
+    """Where torch keeps its compile cache when `TORCHINDUCTOR_CACHE_DIR` is not set (under the temp folder)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # another torch: its formula as of 2.13
+        import getpass
+        import re
+
+        return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser()))
+    return default_cache_dir()
 
 
 @contextmanager

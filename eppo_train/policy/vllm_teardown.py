@@ -1,4 +1,5 @@
-"""What a vLLM engine leaves behind when its start fails or its process is killed, and how `VLLMPolicy` avoids it.
+"""What a vLLM engine leaves behind when its start fails or its process is killed, and how `VLLMPolicy` avoids it
+(the second with `policy/vllm.py`'s `engine_temp`).
 
 - A failed start's ZeroMQ sockets (`close_zmq_left_by`): when vLLM's engine client cannot bind or connect one of its
   sockets (an ipc path over ZeroMQ's 107 bytes, a folder gone), `make_zmq_socket` raises without closing the socket
@@ -13,13 +14,8 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-
-from eppo_train.policy.vllm import scoped_environment
 
 
 def close_zmq_left_by(exc: BaseException) -> int:
@@ -75,33 +71,3 @@ def _quietly(method: Any, **kwargs: Any) -> None:
         method(**kwargs)
     except Exception:  # noqa: BLE001  (the start's error is the one to report)
         pass
-
-
-@contextmanager
-def engine_temp(folder: str) -> Iterator[None]:
-    """`folder` is the temp folder while an engine starts: in this process (`tempfile.tempdir`; the engine core runs
-    here in policy/hosted.py's child, and a forked engine process inherits it) and in the processes the engine spawns
-    (`TMPDIR`, which they keep). So vLLM's rendezvous file and whatever else its processes write to the temp folder go
-    with the engine's own folder: removed when the engine closes, and by the command's watchdog when the process was
-    killed (its name carries the watchdog's marker, `reaper.owned_prefix`). torch's compile cache stays where it was
-    (`TORCHINDUCTOR_CACHE_DIR`, unless set): later starts reuse it."""
-    pinned = {} if "TORCHINDUCTOR_CACHE_DIR" in os.environ else {"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
-    previous = tempfile.tempdir
-    tempfile.tempdir = folder
-    try:
-        with scoped_environment(TMPDIR=folder, **pinned):
-            yield
-    finally:
-        tempfile.tempdir = previous
-
-
-def _inductor_cache_dir() -> str:
-    """Where torch keeps its compile cache when `TORCHINDUCTOR_CACHE_DIR` is not set (under the temp folder)."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    except ImportError:  # another torch: its formula as of 2.13
-        import getpass
-        import re
-
-        return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser()))
-    return default_cache_dir()
