@@ -34,7 +34,7 @@ console = Console(width=None if sys.stdout.isatty() else 220)
 
 def machine() -> dict:
     """Cores, CPU model, GPU (if any) and the load when the bench started: figures mean little without them."""
-    cpu = platform.processor() or ""
+    cpu = platform.machine()  # not platform.processor(): it runs `uname -p` in a child, outside any Ctrl-C guard
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -189,19 +189,19 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    ctx = context(args)
-    problem = check_inputs(names, ctx)
-    if problem:  # a typo ran every section as an n/a row, exit 0, and replaced the last results file with them
-        console.print(f"[red]{problem}[/red]")
-        return 2
-    info = machine()
     from eppo_train.interrupt import guard
 
     # Ctrl-C or SIGTERM mid-section: one line and exit 130 instead of a traceback, the section's engines, browsers,
     # sandboxes and Ray stopped (guard's cleanup), and the last results file left as it was (nothing is written
-    # before every section has run)
+    # before every section has run). The set-up is guarded too: torch's import takes seconds under load.
     hint = f"{out} not written; rerun with: make bench" + (f' ARGS="{shlex.join(argv_)}"' if argv_ else "")
     with guard("eppo-bench", lambda: hint):
+        ctx = context(args)
+        problem = check_inputs(names, ctx)
+        if problem:  # a typo ran every section as an n/a row, exit 0, and replaced the last results file with them
+            console.print(f"[red]{problem}[/red]")
+            return 2
+        info = machine()
         figures, seconds = run_sections(names, ctx)
     console.print(table(figures, reps_note(ctx)))
     console.print(f"machine: {info['cores']} cores, {info['cpu']}, GPU: {info['gpu'] or 'none'}, "
