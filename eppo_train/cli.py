@@ -167,6 +167,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
+    from eppo_train.policy.models import resolve_model
+
+    resolve_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
 
     def on_step(i: int, loss: float) -> None:
         interrupt.set_where(0, f"SFT step {min(i + 2, cfg.sft.steps)}/{cfg.sft.steps}")  # the step now running

@@ -186,3 +186,16 @@ def test_demos_count_the_expert_replies_a_reply_budget_would_cut(budget, over):
     assert (code["replies_over_budget"] > 0) == over
     warnings = over_budget_warnings(per_task)
     assert (len(warnings) == 1 and f"{budget}-token reply budget" in warnings[0]) == over
+
+
+def test_sft_tells_a_wrong_model_before_the_tasks_are_set_up(tmp_path, capsys, monkeypatch):
+    # `eppo-train sft --model runs/nothere` set up the tasks and played expert demos (~8 s) before the model's error
+    import eppo_train.tasks
+    from eppo_train.cli import main
+
+    def too_early(cfg):
+        raise AssertionError("the tasks were set up before the model was checked")
+
+    monkeypatch.setattr(eppo_train.tasks, "prepare_tasks", too_early)
+    assert main(["sft", "--model", str(tmp_path / "nothere"), "--out", str(tmp_path / "m")]) == 2
+    assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")
