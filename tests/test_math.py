@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -245,3 +247,25 @@ def test_an_episode_whose_grade_times_out_is_lost(monkeypatch):
     monkeypatch.setattr(grading, "_verify", _slow_yes(30.0))
     obs, reward, terminated, _, info = answer_in_a_thread()
     assert obs == "Incorrect." and reward == 0.0 and terminated and not info["won"]
+
+
+# The episodes in which an RL policy trained on the grader before the fix learned to forge it (probe 37 of
+# docs/results/make-train.md): a python call that always fails, then the question's expression as the answer. The
+# old grader gave 17 of these 22 a win; each is replayed action by action through today's env.
+FORGED = Path(__file__).resolve().parents[1] / "docs/results/make-train/probe37-rl-math-transcripts.jsonl"
+
+
+@needs_bwrap
+def test_the_episodes_rl_forged_on_the_old_grader_lose():
+    episodes = [json.loads(line) for line in FORGED.read_text().splitlines()]
+    forged = [e for e in episodes if "basic_arithmetic" in e["instance_id"]
+              and re.search(r"[*+]| - ", e["turns"][-1]["info"].get("answer", ""))]
+    assert len(forged) == 22
+    env = eppo_envs.make("eppo/MathTool-v0", split="test", level=1)
+    for episode in forged:
+        _, info = env.reset(seed=episode["seed"])
+        assert env.unwrapped.problem.question in episode["first_observation"]
+        for turn in episode["turns"]:
+            _, reward, terminated, _, info = env.step(turn["action"])
+        assert terminated and reward == 0.0 and not info["won"], episode["turns"][-1]["action"]
+    env.close()
