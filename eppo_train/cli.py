@@ -167,9 +167,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
-    from eppo_train.policy.models import resolve_model
+    from eppo_train.policy.models import check_model
 
-    resolve_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
+    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
 
     def on_step(i: int, loss: float) -> None:
         interrupt.set_where(0, f"SFT step {min(i + 2, cfg.sft.steps)}/{cfg.sft.steps}")  # the step now running
@@ -239,9 +239,9 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
-    from eppo_train.policy.models import resolve_model
+    from eppo_train.policy.models import check_model
 
-    resolve_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
+    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
     # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
     progress = Progress(["signal"], [])
     progress.start("signal")

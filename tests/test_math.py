@@ -263,7 +263,7 @@ def test_the_episodes_rl_forged_on_the_old_grader_lose():
     assert len(forged) == 22
     env = eppo_envs.make("eppo/MathTool-v0", split="test", level=1)
     for episode in forged:
-        _, info = env.reset(seed=episode["seed"])
+        env.reset(seed=episode["seed"])
         assert env.unwrapped.problem.question in episode["first_observation"]
         for turn in episode["turns"]:
             _, reward, terminated, _, info = env.step(turn["action"])
