@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 import eppo_envs
+from eppo_envs.core.registry import reward_revision
 from eppo_train.policy.agents import Agent
 from eppo_train.stats import bootstrap_mean, episode_stats, wilson
 from eppo_train.ticks import RolloutTick, listen
@@ -73,7 +74,7 @@ class EvalReport:
     split: str
     episodes_per_task: int
     temperature: float
-    tasks: dict[str, dict[str, Any]]  # env id -> summarise(...) plus "outcomes"
+    tasks: dict[str, dict[str, Any]]  # env id -> summarise(...) (with "outcomes") and the task's "reward_revision"
     tokens_generated: int
     timing: dict[str, float]  # the only fields that differ between two runs of the same spec
     episodes: list = field(default_factory=list, repr=False)  # eppo_envs Episode records (not serialised)
@@ -273,7 +274,8 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
         split=spec.split or "eval_split",
         episodes_per_task=spec.episodes,
         temperature=spec.temperature,
-        tasks={env_id: summarise(by_task.get(env_id, [])) for env_id in spec.tasks},
+        tasks={env_id: {**summarise(by_task.get(env_id, [])), "reward_revision": reward_revision(env_id)}
+               for env_id in spec.tasks},
         tokens_generated=sum(int(s["tokens_generated"]) for s in stats),
         timing={"generation_seconds": sum(s["generation_seconds"] for s in stats),
                 "env_seconds": sum(s["env_seconds"] for s in stats),

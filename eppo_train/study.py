@@ -219,6 +219,7 @@ def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPath
 def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str, sft_dir: str | None = None,
               say=print) -> Path:
     """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
+    from eppo_train.study_record import load_results, load_starts, reward_drift
     from eppo_train.study_report import write_report
 
     # before anything is written: a wrong --sft left a plan.json (and its folders) behind its error
@@ -232,6 +233,12 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
         say(f"study: warning: {name} was made with other settings ({shown}); it counts as done: delete "
             f"{paths.results / (name + '.json')} to run it again")
+    for drift in reward_drift([*load_results(paths.results), *load_starts(paths.results).values()]):
+        names = sorted(n for ns in drift.scored.values() for n in ns)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        say(f"study: warning: {drift.task}'s reward has changed since {shown} were scored (revision "
+            f"{'/'.join(map(str, sorted(drift.scored)))} there, {drift.now} now); they count as done: delete their "
+            f"result files to measure them again")
     if todo:
         from eppo_train.progress import Progress
         from eppo_train.tasks import prepare_tasks

@@ -10,7 +10,8 @@
                      "crossovers": [["a", "b"]], "spikes": ["math"]}, ...],
      "crossovers": 3, "spikes": 1,
      "evaluation": {"episodes_per_task": 64, "tasks": {"math": {"success": ..., "success_ci95": [...],
-                    "split": ..., "outcomes": {"seeds": [0, ...], "won": [...], "reward": [...]}}}}}
+                    "split": ..., "reward_revision": 2,
+                    "outcomes": {"seeds": [0, ...], "won": [...], "reward": [...]}}}}}
 
 Nothing in it depends on the machine it is read on, so a report can be rebuilt anywhere from the files alone.
 """
@@ -22,6 +23,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ SCHEMA = 1
 TASK_KEYS = ("success", "reward", "entropy", "entropy_ema", "pace_scale", "eps_low", "eps_high", "clip_frac",
              "approx_kl", "response_length", "samples")
 EVAL_KEYS = ("episodes", "success", "success_ci95", "mean_reward", "mean_reward_ci95", "invalid_action_rate",
-             "env_id", "split", "outcomes")
+             "env_id", "split", "reward_revision", "outcomes")
 
 
 def model_fingerprint(model: str) -> dict[str, Any]:
@@ -166,3 +168,52 @@ def load_plan(results: Path) -> list[str]:
     if not path.exists():
         return []
     return [r["name"] for r in json.loads(path.read_text()).get("runs", [])]
+
+
+@dataclass(frozen=True)
+class RewardDrift:
+    """A task whose reward has changed since some of the study's evaluations were scored."""
+
+    task: str  # the task's label in the study ("math")
+    env_id: str
+    now: int  # today's reward revision
+    scored: dict[int, list[str]]  # earlier revision -> the records scored by it (run names, "start-model")
+    changes: list[str]  # the changes since the oldest of those revisions
+
+
+def _task_ids(records: list[dict]) -> dict[str, str]:
+    """Task label -> registered id, from the runs' recorded configs (a start model's record has no config)."""
+    from eppo_train.tasks import task_label
+
+    ids: dict[str, str] = {}
+    for record in records:
+        for task in record.get("config", {}).get("env", {}).get("tasks", []):
+            ids.setdefault(task.get("name") or task_label(task["id"]), task["id"])
+    return ids
+
+
+def reward_drift(records: list[dict]) -> list[RewardDrift]:
+    """Tasks whose evaluations in `records` were scored by an earlier reward revision than the task has today.
+
+    A record from before revisions were recorded (2026-12-07; the study of 2026-12-01/02) counts as revision 1:
+    its rewards were those before every listed change. A task that is not registered here, or keeps no revision,
+    is not judged."""
+    from eppo_envs.core.registry import reward_changes_after, reward_revision
+
+    ids = _task_ids(records)
+    drift = []
+    for label, env_id in ids.items():
+        try:
+            now = reward_revision(env_id)
+        except Exception:  # noqa: BLE001 (a plugin task not imported here: nothing to compare with)
+            continue
+        if now is None:
+            continue
+        scored: dict[int, list[str]] = {}
+        for record in records:
+            task = record["evaluation"]["tasks"].get(label)
+            if task is not None and (revision := int(task.get("reward_revision") or 1)) != now:
+                scored.setdefault(revision, []).append(record["name"])
+        if scored:
+            drift.append(RewardDrift(label, env_id, now, scored, reward_changes_after(env_id, min(scored))))
+    return drift

@@ -20,7 +20,16 @@ from pathlib import Path
 
 from eppo_train.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff, t_interval
 from eppo_train.study_plots import entropy_figure, eps_figure, success_figure
-from eppo_train.study_record import START_FILE, ResultError, load_plan, load_results, load_starts, start_key
+from eppo_train.study_record import (
+    START_FILE,
+    ResultError,
+    RewardDrift,
+    load_plan,
+    load_results,
+    load_starts,
+    reward_drift,
+    start_key,
+)
 
 MAIN_LOSSES = ("grpo", "dapo", "eppo", "clip_cov", "kl_cov")
 REQUIRED = ("grpo", "dapo", "eppo", "clip_cov")  # the acceptance bar: >= 3 seeds each
@@ -299,6 +308,28 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
     return [*lines, ""]
 
 
+def _scored_by(names: list[str], every: set[str]) -> str:
+    if set(names) == every:
+        return "every result file"
+    return ", ".join(sorted(names))
+
+
+def _drift_section(drift: list[RewardDrift], records: list[dict]) -> list[str]:
+    """The tasks whose reward changed after (some of) these runs were scored: their figures measure the old one."""
+    if not drift:
+        return []
+    every = {r["name"] for r in records}
+    lines = ["## Scored by earlier rewards", "",
+             "These tasks' rewards have changed since the result files below were made, so their runs trained on "
+             "and were scored by the rewards of then: their figures are not today's measure and do not compare "
+             "with runs made now. Delete a run's result file and run `make experiment` to measure it again.", ""]
+    for d in drift:
+        scored = "; ".join(f"revision {rev} in {_scored_by(names, every)}" for rev, names in sorted(d.scored.items()))
+        lines.append(f"- **{d.task}** (`{d.env_id}`, revision {d.now} today): {scored}. Changed since: "
+                     + " ".join(d.changes))
+    return [*lines, ""]
+
+
 # ---------------------------------------------------------------------------- the report
 def _newest_run(results: list[dict]) -> str:
     """When the newest run began, not when the report was written: the same result files give the same bytes, so
@@ -337,6 +368,9 @@ def write_report(results_dir: Path, report: Path) -> Path:
            if missing else "."),
         "",
     ]
+    records = [*results, *load_starts(results_dir).values()]
+    drift = reward_drift(records)
+    text += _drift_section(drift, records)
     groups = by_group(results)
     tasks = eval_tasks(results)
     vs_grpo: dict[str, Paired] = {}
@@ -379,6 +413,9 @@ def write_report(results_dir: Path, report: Path) -> Path:
             "as crosses, crossovers dashed; `success.png`: training success per iteration per loss, ±1 std over "
             "seeds; `eps.png`: EPPO's paced ε per task.", ""]
     text += _verdict({g: rs for g, rs in groups.items() if g in MAIN_LOSSES}, vs_grpo, missing, tasks)
+    if drift:
+        text += [f"The rewards of {', '.join(d.task for d in drift)} have changed since these runs (\"Scored by "
+                 f"earlier rewards\" above): this verdict reads the rewards they were made with.", ""]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(text))
     return report

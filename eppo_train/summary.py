@@ -36,6 +36,17 @@ def _pairs(done: dict[str, Any], a: str, b: str, task: str, metric: str) -> tupl
     return [oa[s] for s in seeds], [ob[s] for s in seeds]
 
 
+def _reward_changed(done: dict[str, Any], a: str, b: str, task: str) -> bool:
+    """The two stages scored `task` by different reward revisions (a run resumed after a change to the reward):
+    their difference would be the reward's, not the policy's. Reports from before revisions were recorded are
+    not judged."""
+    ra, rb = (done[k]["tasks"].get(task, {}).get("reward_revision") for k in (a, b))
+    return ra is not None and rb is not None and ra != rb
+
+
+REWARD_CHANGED = "reward changed"
+
+
 def _stage_cell(task: dict[str, Any], metric: str) -> str:
     n = int(task.get("episodes", 0))
     if not n:
@@ -73,11 +84,17 @@ def table(done: dict[str, Any], metric: str) -> list[str]:
     for t in tasks:
         cells = [_stage_cell(done[k]["tasks"].get(t, {}), metric) for k, _ in cols]
         for a, b, _ in diffs:
+            if _reward_changed(done, a, b, t):
+                cells.append(REWARD_CHANGED)
+                continue
             pairs = _pairs(done, a, b, t, metric)
             cells.append(_diff_cell(paired_bootstrap_mean_diff([pairs]) if pairs else None))
         lines.append(f"| {t} | " + " | ".join(cells) + " |")
     cells = [_mean_cell(done, k, tasks, metric) for k, _ in cols]
     for a, b, _ in diffs:
+        if any(_reward_changed(done, a, b, t) for t in tasks):
+            cells.append(REWARD_CHANGED)
+            continue
         pairs = [_pairs(done, a, b, t, metric) for t in tasks]
         cells.append(_diff_cell(None if any(p is None for p in pairs) else paired_bootstrap_mean_diff(pairs)))
     lines.append("| **mean over tasks** | " + " | ".join(f"**{c}**" for c in cells) + " |")
@@ -107,6 +124,12 @@ def write_summary(run_dir: Path, cfg: Config, done: dict[str, Any]) -> Path:
         *table(done, "reward"),
         "",
     ]
+    changed = sorted({t for a, b, _ in DIFFS if a in done and b in done for t in done[a]["tasks"]
+                      if _reward_changed(done, a, b, t)})
+    if changed:
+        text += [f"`{REWARD_CHANGED}`: the stages scored {', '.join(changed)} by different revisions of its reward "
+                 "(the run was resumed after the reward changed), so their difference is not the policy's. Delete "
+                 "the older evaluation's entry from `pipeline.json` and `--resume` to score it again.", ""]
     sft, rl = done.get("sft", {}), done.get("rl", {})
     if sft.get("steps"):
         text.append(f"SFT: {sft['steps']} steps on {sft.get('samples', '?')} expert samples "

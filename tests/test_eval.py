@@ -31,6 +31,7 @@ def test_same_command_gives_the_same_numbers_on_fixed_instances(tmp_path):
     assert [t["seed"] for t in ta] == [0, 1, 2] and {t["split"] for t in ta} == {"test"}  # the task's eval_split
     stats = a["tasks"]["example/GuessNumber-v0"]
     assert stats["episodes"] == 3 and stats["mean_turns"] == 3.0 and a["tokens_generated"] > 0
+    assert stats["reward_revision"] == 1  # the reward it was scored by: GuessNumber's has never changed
 
 
 def test_samples_give_pass_at_k_from_k_replies_to_each_instance(tmp_path):

@@ -15,7 +15,7 @@ TINY = ["sft.steps=0", "run.save_every=1", "evaluation.episodes=2", "env.tasks.0
         "env.tasks.1.problems=1", "rollout.group_size=2", "rollout.max_new_tokens=6"]
 
 
-def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys):
+def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys, monkeypatch):
     from eppo_train.cli import main
     from eppo_train.config import load_config
     from eppo_train.study import StudyPaths, make_plan, run_config, run_study
@@ -41,6 +41,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
         for t in ("guess_small", "guess_large"):
             out = rec["evaluation"]["tasks"][t]["outcomes"]
             assert out["seeds"] == [0, 1] and len(out["won"]) == 2
+            assert rec["evaluation"]["tasks"][t]["reward_revision"] == 1
         assert rec["training_episodes"] == 2 * 2 * 2 and rec["wall_seconds"] > 0 and len(rec["load"]["start"]) == 3
     assert json.loads((paths.results / "plan.json").read_text())["runs"][1]["name"] == "eppo-seed0"
     from eppo_train.study import stale_results
@@ -57,16 +58,30 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     assert "tokens clipped (%)" in text and "| grpo | " in text.split("How much the clip acted")[1]
     assert all((report.parent / "figures" / f).stat().st_size > 0 for f in ("entropy.png", "success.png", "eps.png"))
 
-    # a second invocation on another machine: only the result files are there; nothing is trained again
+    assert "Scored by earlier rewards" not in text
+
+    # a second invocation on another machine: only the result files are there; nothing is trained again. The
+    # task's reward has changed since (one listed change): the runs still count as done, the study says they were
+    # scored by the earlier reward, and so does the report
+    from eppo_envs.example.guess_number import GuessNumberEnv
+
+    monkeypatch.setattr(GuessNumberEnv, "reward_changes", ("2026-12-07: a guess out of range loses",))
     shutil.rmtree(paths.work)
     (report.parent / "figures" / "success.png").unlink()
     capsys.readouterr()
     assert main(["study", "--quick", "--algos", "grpo,eppo", "--seeds", "1", "--ablations", "none",
                  "--out", str(paths.work), "--results", str(paths.results), "--report", str(report),
                  *(a for o in TINY for a in ("--set", o))]) == 0
-    assert "every run is done" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "every run is done" in out
+    assert ("study: warning: guess_small's reward has changed since eppo-seed0, grpo-seed0, start-model were "
+            "scored (revision 1 there, 2 now)") in out
     assert not paths.work.exists()
     assert (report.parent / "figures" / "success.png").exists()
+    text = report.read_text()
+    assert ("- **guess_small** (`example/GuessNumber-v0`, revision 2 today): revision 1 in every result file. "
+            "Changed since: 2026-12-07: a guess out of range loses") in text
+    assert "The rewards of guess_small, guess_large have changed since these runs" in text
 
 
 def _result(group: str, seed: int, won: dict[str, list[int]], spikes: list[list[str]],
@@ -281,6 +296,53 @@ def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
     assert "| +0.25 [-2.93, +3.43] |" in text
     assert f"| start model `{'ab' * 6}` (before RL) |" in text and f"| start model `{'cd' * 6}` (before RL) |" in text
     assert "the runs did not all start from the same weights" in text
+
+
+def test_results_scored_by_an_earlier_reward_are_told_apart(tmp_path: Path):
+    """A record names the reward revision each task was scored by (none recorded: revision 1, the rewards before
+    every listed change); the report lists, per task, which records an earlier revision scored and what changed
+    since; records scored by today's reward, and tasks it cannot look up, are not listed."""
+    from eppo_envs.math.env import MathToolEnv
+    from eppo_train.study_record import reward_drift
+    from eppo_train.study_report import write_report
+
+    def run(group: str, seed: int, math_revision: int | None) -> dict:
+        record = _result(group, seed, {"math": [1, 0], "mine": [0, 1]}, [[]], [0])
+        record["config"]["env"] = {"tasks": [{"id": "eppo/MathTool-v0", "name": "math"},
+                                             {"id": "mylab/NotImported-v0", "name": "mine"}]}
+        if math_revision is not None:
+            record["evaluation"]["tasks"]["math"]["reward_revision"] = math_revision
+        return record
+
+    now = MathToolEnv.reward_revision()
+    assert now == 1 + len(MathToolEnv.reward_changes) >= 2
+    results = tmp_path / "study"
+    _write(results, [run("grpo", 0, None), run("grpo", 1, now), run("eppo", 0, 1)],
+           plan=["grpo-seed0", "grpo-seed1", "eppo-seed0"])
+    from eppo_train.study_record import load_results
+
+    [drift] = reward_drift(load_results(results))
+    assert (drift.task, drift.env_id, drift.now) == ("math", "eppo/MathTool-v0", now)
+    assert drift.scored == {1: ["eppo-seed0", "grpo-seed0"]} and drift.changes == list(MathToolEnv.reward_changes)
+    text = write_report(results, tmp_path / "study.md").read_text()
+    assert (f"- **math** (`eppo/MathTool-v0`, revision {now} today): revision 1 in eppo-seed0, grpo-seed0. "
+            f"Changed since: {MathToolEnv.reward_changes[0]}") in text
+    assert "**mine**" not in text
+    assert reward_drift([run("grpo", 1, now)]) == []
+
+
+def test_the_committed_study_report_says_which_rewards_changed_since():
+    """The committed study (2026-12-01/02) predates the reward changes of 2026-12-06, the Math grader's among them:
+    its report, rebuilt from the result files, must say so (`make study-report` after a reward change)."""
+    root = Path(__file__).parents[1]
+    from eppo_train.study_record import load_results, load_starts, reward_drift
+
+    results = root / "docs/results/study"
+    drift = reward_drift([*load_results(results), *load_starts(results).values()])
+    assert {d.task for d in drift} == {"searchqa", "math", "code"}
+    text = (root / "docs/results/study.md").read_text()
+    for d in drift:
+        assert f"- **{d.task}** (`{d.env_id}`, revision {d.now} today): revision 1 in every result file." in text
 
 
 def test_committed_study_runs_match_the_shipped_study_config():

@@ -38,6 +38,22 @@ def test_paired_columns_per_task_and_for_the_mean():
     assert "**+0.25 [+0.19, +0.31] ***" in mean and "**0.25 [0.19, 0.31]**" in mean
 
 
+def test_stages_scored_by_different_rewards_are_not_compared(tmp_path: Path):
+    """A run resumed after a reward change: its SFT evaluation was scored by revision 1, its RL evaluation by 2.
+    RL − SFT would be the reward's change, so neither task a's cell nor the mean says a number; stages of one
+    revision, and reports without revisions, are compared as before."""
+    done = _done()
+    for stage, revision in (("eval_base", 1), ("eval_sft", 1), ("eval_rl", 2)):
+        done[stage]["tasks"]["a"]["reward_revision"] = revision
+    rows = table(done, "success")
+    assert rows[2].endswith("| +0.50 [+0.38, +0.62] * | reward changed |")
+    assert rows[3].endswith("| +0.00 [+0.00, +0.00] | +0.00 [+0.00, +0.00] |")  # b: no revision recorded
+    assert rows[4].endswith("| **reward changed** |")
+    text = write_summary(tmp_path, load_config("tiny"), done).read_text()
+    assert "the stages scored a by different revisions of its reward" in text
+    assert "different revisions" not in write_summary(tmp_path, load_config("tiny"), _done()).read_text()
+
+
 def test_reports_without_outcomes_still_summarise(tmp_path: Path):
     done = {k: {"tasks": {t: {"episodes": 8, "success": 0.25, "mean_reward": 0.25, "mean_reward_ci95": [0.0, 0.5]}
                           for t in ("guess_small", "guess_large")}} for k in ("eval_base", "eval_sft")}

@@ -49,6 +49,10 @@ class AlfWorldEnv(AgentEnv):
     splits = ("train", "valid_seen", "valid_unseen")
     eval_split = "valid_unseen"
     tool_tags = ("action",)
+    reward_changes = (
+        "2026-12-06: an unclosed <action> is invalid (its last line had been applied as a command); no step, and so "
+        "no win, past the step cap",
+    )
     action_hint = "Reply with <action>command</action>, a command possible right now, e.g. <action>look</action>."
     listed_hint = "Reply with <action>command</action>, one of the admissible commands, e.g. <action>look</action>."
 

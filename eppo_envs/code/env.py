@@ -28,6 +28,10 @@ FEEDBACK_CHARS = 1500
 class CodeEnv(AgentEnv):
     task = "code"
     tool_tags = ()
+    reward_changes = (
+        "2026-12-06: a solution's StopIteration is a plain failure (it could end a test's map or filter early and "
+        "pass it); the last test not yet shown stays hidden, so a win never rests on copying a revealed value",
+    )
     action_hint = "Reply with the complete function in a fenced code block: ```python\\n<your code>\\n```."
 
     def __init__(

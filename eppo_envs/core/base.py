@@ -49,6 +49,10 @@ class AgentEnv(gym.Env[str, str]):
     eval_split: ClassVar[str] = "test"  # the held-out split evaluations and benchmarks use
     tool_tags: ClassVar[tuple[str, ...]] = ("action",)  # tags this task accepts (see core.parsing)
     action_hint: ClassVar[str] = "Reply with <action>your command</action>."  # appended to every invalid-action reply
+    # One dated line per change that can give the same replies another reward or verdict, oldest first. Results
+    # record `reward_revision()` beside every evaluation, so a study or a comparison can tell a figure scored by an
+    # earlier reward from one scored today instead of reading both as the same measure.
+    reward_changes: ClassVar[tuple[str, ...]] = ()
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
 
     def __init__(self, split: str = "train", render_mode: str | None = None) -> None:
@@ -62,6 +66,11 @@ class AgentEnv(gym.Env[str, str]):
         self.instance: Instance | None = None
         self._last_observation = ""
         self._ended = False  # the current episode terminated: step() needs a reset() first
+
+    @classmethod
+    def reward_revision(cls) -> int:
+        """1 + the number of `reward_changes`: revision 1 is the task's reward before any listed change."""
+        return 1 + len(cls.reward_changes)
 
     # ----------------------------------------------------------------- hooks a task implements
     def num_instances(self, split: str) -> int:

@@ -104,6 +104,17 @@ def env_class(env_id: str) -> type:
     return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
 
 
+def reward_revision(env_id: str) -> int | None:
+    """The reward revision of a registered task (`AgentEnv.reward_revision()`); None for an env that keeps none."""
+    revision = getattr(env_class(env_id), "reward_revision", None)
+    return revision() if callable(revision) else None
+
+
+def reward_changes_after(env_id: str, revision: int) -> list[str]:
+    """The task's reward changes made after `revision` (the lines that separate it from today's reward)."""
+    return list(getattr(env_class(env_id), "reward_changes", ())[max(revision - 1, 0):])
+
+
 def tasks() -> list[str]:
     """Ids of every registered EPPO task, sorted."""
     return sorted(_SPECS)

@@ -32,6 +32,12 @@ def format_output(result: RunResult) -> str:
 class MathToolEnv(AgentEnv):
     task = "math"
     tool_tags = ("python", "answer")
+    reward_changes = (
+        "2026-12-06: an expression left to compute no longer answers a numeric question (copying the question's own "
+        "expression had won 59 of 60 arithmetic problems); a percent answer is read as one value, not as X or X/100; "
+        "both grading steps read a reply as the same value ('3 4' had won as 34); a NUL character no longer joins "
+        "the digits around it",
+    )
     action_hint = (
         "Reply with <python>code</python> to run Python (print what you need), or give the final answer as "
         "<answer>...</answer> or \\boxed{...}."

@@ -39,6 +39,9 @@ def format_hits(hits: list[Hit]) -> str:
 class SearchQAEnv(AgentEnv):
     task = "searchqa"
     tool_tags = ("search", "answer")
+    reward_changes = (
+        "2026-12-06: a NUL character in an answer no longer joins its neighbours ('Par\\x00is' had won for 'Paris')",
+    )
     action_hint = "Reply with <search>query</search> to search, or <answer>final answer</answer> to answer."
 
     def __init__(

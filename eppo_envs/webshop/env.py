@@ -73,6 +73,11 @@ def extract_command(text: str) -> Command | str:
 class WebShopEnv(AgentEnv):
     task = "webshop"
     tool_tags = ("action",)
+    reward_changes = (
+        "2026-12-06: attribute and option matches are thefuzz's difflib score as the original runs it (rapidfuzz had "
+        "scored some pairs above 85 that the original scores below); the clicked option's own value is scored, not "
+        "its printable label; the type score divides by the goal's noun list with its repeats",
+    )
     action_hint = "Reply with <action>search[your query]</action> or <action>click[button text]</action>."
 
     def __init__(
