@@ -84,7 +84,10 @@ class Progress:
         # A rate over under 0.1 s (the first tick of a rollout, an expert's instant replies) means nothing.
         rate_text = f" | {tokens / seconds:.0f} new tok/s" if seconds >= 0.1 else ""
         eta = ""
-        if stage_eta and 0 < done < total:
+        # Episodes are played in lockstep chunks and the one-turn ones finish first, so the rate over the first
+        # few says nothing of the rest ("stage ETA 161m" after 1 of 320 episodes of a stage that took 2m40s): the
+        # ETA waits for a fifth of the stage, by when at least one chunk of 64 has been played out.
+        if stage_eta and total / 5 <= done < total:
             eta = f" | stage ETA {_fmt_s(seconds / done * (total - done))}"
         self._line(f"{self._pos(self.stage)}: {what} {done}/{total}{rate_text}{eta}")
 

@@ -99,3 +99,16 @@ def test_the_sft_eta_leaves_out_the_demos(monkeypatch):
     assert [line.split(": ", 1)[1] for line in _lines(out)] == [
         "step 1/4 loss 1.000", "step 2/4 loss 1.000 | stage ETA 10s", "step 3/4 loss 1.000 | stage ETA 5s",
         "step 4/4 loss 1.000 | stage ETA 0s"]
+
+
+def test_an_evaluations_eta_waits_for_a_fifth_of_its_episodes():
+    """Its first episodes are the ones that end at turn 1: the rate over them put the ETA of a 2m40s stage at
+    161 minutes. No ETA before a fifth of the episodes is done; from there, the rate so far."""
+    out = io.StringIO()
+    progress = Progress(["eval_rl"], ["a"], stream=out, every_s=0)
+    progress.start("eval_rl")
+    for done, seconds in ((1, 30.0), (63, 40.0), (64, 60.0), (160, 120.0), (320, 160.0)):
+        progress.episodes("episodes", done, 320, 100 * done, seconds, stage_eta=True)
+    lines = [line for line in _lines(out) if "episodes " in line]
+    assert [line.split(" | stage ETA ")[-1] if "ETA" in line else "" for line in lines] == [
+        "", "", "4m00s", "2m00s", ""]  # 60 s / 64 x 256 left; 120 s / 160 x 160
