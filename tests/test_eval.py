@@ -198,11 +198,12 @@ class _Endpoint(BaseHTTPRequestHandler):
     """A minimal OpenAI-compatible server: answers every chat with a fixed guess and records what it was sent."""
 
     requests: list[dict] = []
+    content = "<answer>50</answer>"
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Endpoint.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-        reply = {"choices": [{"message": {"role": "assistant", "content": "<answer>50</answer>"}}]}
+        reply = {"choices": [{"message": {"role": "assistant", "content": _Endpoint.content}}]}
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -231,3 +232,26 @@ def test_openai_endpoint_policy(tmp_path, monkeypatch):
     second_turn = [r for r in _Endpoint.requests if len(r["messages"]) == 3]
     assert second_turn and second_turn[0]["messages"][1] == {"role": "assistant", "content": "<answer>50</answer>"}
     assert report["tasks"]["example/GuessNumber-v0"]["episodes"] == 2
+
+
+def test_an_endpoints_reply_keeps_its_stop_string(monkeypatch):
+    """The OpenAI API leaves the matched stop string out of the reply ("<action>go north" for a reply that wrote
+    "</action>"), which every task refuses as an unclosed tag. The backend sends no `stop` and cuts the reply after
+    its first stop string itself, keeping it, as the HF and vLLM backends do."""
+    from eppo_train.policy.base import SamplingParams
+    from eppo_train.policy.openai import OpenAIChat
+
+    server = HTTPServer(("127.0.0.1", 0), _Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(_Endpoint, "content", "<action>go north</action> and then <action>look</action></answer>")
+    monkeypatch.setattr(_Endpoint, "requests", [])
+    try:
+        chat = OpenAIChat(f"http://127.0.0.1:{server.server_port}/v1", api_key="")
+        messages = [{"role": "user", "content": "where?"}]
+        cut = chat.chat([messages], SamplingParams(32, 0.0, 1.0, None, ("</answer>", "</action>")))
+        whole = chat.chat([messages], SamplingParams(32, 0.0, 1.0, None, ()))
+    finally:
+        server.shutdown()
+    assert cut == ["<action>go north</action>"]
+    assert whole == ["<action>go north</action> and then <action>look</action></answer>"]
+    assert all("stop" not in r for r in _Endpoint.requests)

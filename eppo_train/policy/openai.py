@@ -60,8 +60,9 @@ class OpenAIChat(ChatBackend):
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        if params.stop:
-            body["stop"] = list(params.stop)
+        # No `stop` in the request: the API drops the stop string it matched from the reply, so "<action>go
+        # north</action>" came back as "<action>go north", an unclosed tag every task refuses, where the HF and vLLM
+        # backends keep it. The reply is cut after its first stop string here instead (`_cut`).
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -72,7 +73,7 @@ class OpenAIChat(ChatBackend):
                 # offline-ok: the user-given endpoint of `--policy openai:URL`, never a hub
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:  # offline-ok
                     data = json.loads(response.read().decode("utf-8"))
-                return str(data["choices"][0]["message"].get("content") or "")
+                return _cut(str(data["choices"][0]["message"].get("content") or ""), params.stop)
             except urllib.error.HTTPError as exc:  # 4xx: our request is wrong; retrying will not help
                 detail = exc.read().decode("utf-8", "replace")[:200]
                 if exc.code < 500:
@@ -82,3 +83,9 @@ class OpenAIChat(ChatBackend):
                 last = exc
             time.sleep(0.5 * (attempt + 1))
         raise EndpointError(f"{self.url} failed after {self.retries + 1} tries: {last}")
+
+
+def _cut(text: str, stop: Sequence[str]) -> str:
+    """`text` up to and including the first stop string in it (as the HF and vLLM backends end a reply)."""
+    ends = [i + len(s) for s in stop if s and (i := text.find(s)) >= 0]
+    return text[: min(ends)] if ends else text
