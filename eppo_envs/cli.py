@@ -16,7 +16,7 @@ import eppo_envs
 from eppo_envs.benchmarks.experts import run_expert
 from eppo_envs.core import TaskError, first_prompt
 from eppo_envs.core.pipes import pipe_console, stdout_closed
-from eppo_envs.core.registry import import_tasks, resolve, task_spec
+from eppo_envs.core.registry import import_tasks, resolve, reward_revision, task_spec
 
 # Piped output (logs, tests) gets wide tables instead of wrapped ids.
 console = pipe_console(width=None if sys.stdout.isatty() else 200)
@@ -54,7 +54,8 @@ def _load_plugins(modules: list[str]) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     table = Table(title="EPPO tasks")
-    for column in ("id", "task", "max steps", "splits (instances)", "description"):
+    # "reward": the task's reward revision (AgentEnv.reward_changes), which every evaluation records
+    for column in ("id", "task", "max steps", "reward", "splits (instances)", "description"):
         table.add_column(column)
     for env_id in eppo_envs.tasks():
         spec = task_spec(env_id)
@@ -64,7 +65,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             unwrapped = env.unwrapped
             counts = ", ".join(f"{s} ({unwrapped.num_instances(s):,})" for s in unwrapped.splits)
             env.close()
-        table.add_row(env_id, spec.task, str(spec.max_episode_steps or "-"), counts, spec.description)
+        revision = reward_revision(env_id)
+        table.add_row(env_id, spec.task, str(spec.max_episode_steps or "-"), "-" if revision is None else f"r{revision}",
+                      counts, spec.description)
     console.print(table)
     return 0
 
