@@ -121,3 +121,18 @@ def test_seed_and_index_choose_the_same_instance():
     _, a = env.reset(seed=1003)
     _, b = env.reset(options={"index": 3})
     assert a["instance_id"] == b["instance_id"]
+
+
+def test_every_tasks_reward_changes_are_dated_lines_oldest_first():
+    """`reward_changes` is the history every evaluation's `reward_revision` counts: one 'YYYY-MM-DD: what' line
+    per change, in order, so a report can print what changed since a result was scored."""
+    import re
+
+    import eppo_envs
+    from eppo_envs.core.registry import env_class, reward_revision
+
+    for env_id in eppo_envs.tasks():
+        changes = env_class(env_id).reward_changes
+        assert all(re.match(r"\d{4}-\d{2}-\d{2}: \S", line) for line in changes), env_id
+        assert [line[:10] for line in changes] == sorted(line[:10] for line in changes), env_id
+        assert reward_revision(env_id) == 1 + len(changes)
