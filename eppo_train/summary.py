@@ -47,6 +47,14 @@ def _reward_changed(done: dict[str, Any], a: str, b: str, task: str) -> bool:
 REWARD_CHANGED = "reward changed"
 
 
+def _revisions(done: dict[str, Any]) -> str:
+    """' Rewards: alfworld r2, ...': the reward revision each task was scored by (the newest stage's), so a summary
+    read later says which rewards its numbers measure; empty for reports from before revisions were recorded."""
+    stage = next((done[k] for k, _ in reversed(COLUMNS) if k in done), {"tasks": {}})
+    marks = [f"{t} r{v['reward_revision']}" for t, v in stage["tasks"].items() if v.get("reward_revision")]
+    return f" Rewards (revision, `eppo-envs list`): {', '.join(marks)}." if marks else ""
+
+
 def _stage_cell(task: dict[str, Any], metric: str) -> str:
     n = int(task.get("episodes", 0))
     if not n:
@@ -113,7 +121,7 @@ def write_summary(run_dir: Path, cfg: Config, done: dict[str, Any]) -> Path:
         "per task, the same instances at every stage. Brackets: 95 % intervals — Wilson for a task's success, "
         "percentile bootstrap (10,000 resamples, seeded) for mean rewards and for the mean over tasks (stratified "
         "by task). `SFT − base` and `RL − SFT` are paired bootstrap intervals of the change on the same instances; "
-        "`*` marks an interval that excludes 0.",
+        "`*` marks an interval that excludes 0." + _revisions(done),
         "",
         "## Success",
         "",

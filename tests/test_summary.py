@@ -51,6 +51,7 @@ def test_stages_scored_by_different_rewards_are_not_compared(tmp_path: Path):
     assert rows[4].endswith("| **reward changed** |")
     text = write_summary(tmp_path, load_config("tiny"), done).read_text()
     assert "the stages scored a by different revisions of its reward" in text
+    assert "Rewards (revision, `eppo-envs list`): a r2." in text  # the newest stage's
     assert "different revisions" not in write_summary(tmp_path, load_config("tiny"), _done()).read_text()
 
 
