@@ -48,8 +48,9 @@ REWARD_CHANGED = "reward changed"
 
 
 def _revisions(done: dict[str, Any]) -> str:
-    """' Rewards: alfworld r2, ...': the reward revision each task was scored by (the newest stage's), so a summary
-    read later says which rewards its numbers measure; empty for reports from before revisions were recorded."""
+    """' Rewards (revision, ...): alfworld r2, ...': the reward revision each task was scored by (the newest
+    stage's), so a summary read later says which rewards its numbers measure; empty for reports from before
+    revisions were recorded."""
     stage = next((done[k] for k, _ in reversed(COLUMNS) if k in done), {"tasks": {}})
     marks = [f"{t} r{v['reward_revision']}" for t, v in stage["tasks"].items() if v.get("reward_revision")]
     return f" Rewards (revision, `eppo-envs list`): {', '.join(marks)}." if marks else ""
