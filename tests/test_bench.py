@@ -134,7 +134,12 @@ def test_the_rollout_section_prints_a_line_per_turn(tmp_path, capsys):
     data = _run(tmp_path, "--only", "rollout", "--model", "tiny", "--envs", "MathTool")
     out = capsys.readouterr().out
     assert "rollout: starting the hf engine" in out
-    assert "rollout: hf repetition 1/1: turn 1, episodes 0/32, " in out and "repetition 1/1: turn 2, " in out
+    from eppo_train.benchmarks.common import BenchContext
+    from eppo_train.benchmarks.rollout_engines import make_train_workload
+
+    _, rc, problems = make_train_workload("tiny", False, BenchContext(envs="MathTool").wants_env)
+    episodes = len(problems) * rc.group_size  # the pipeline's Math problems an iteration x G
+    assert f"rollout: hf repetition 1/1: turn 1, episodes 0/{episodes}, " in out and "repetition 1/1: turn 2, " in out
     assert any(f["name"] == "hf: new tokens/s" and f["value"] for f in data["figures"])
 
 
