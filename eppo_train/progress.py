@@ -40,8 +40,10 @@ class Progress:
         self._where = ""
         self._stopped = threading.Event()
         # A heartbeat: one engine call can take minutes (every live episode's turn in one batch), and ticks only
-        # come between turns; if nothing was printed for `4 x every_s`, say the stage is still at work.
-        threading.Thread(target=self._heartbeat, daemon=True).start()
+        # come between turns; if nothing was printed for `4 x every_s`, say the stage is still at work. With
+        # `every_s <= 0` every event prints anyway, and a heartbeat would spin, writing a line per loop.
+        if every_s > 0:
+            threading.Thread(target=self._heartbeat, daemon=True).start()
 
     def _line(self, text: str) -> None:
         self._last_line = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 from eppo_train.progress import Progress
 from eppo_train.ticks import EVALUATION_AGENT, RolloutTick
@@ -109,6 +110,19 @@ def test_an_evaluations_eta_waits_for_a_fifth_of_its_episodes():
     progress.start("eval_rl")
     for done, seconds in ((1, 30.0), (63, 40.0), (64, 60.0), (160, 120.0), (320, 160.0)):
         progress.episodes("episodes", done, 320, 100 * done, seconds, stage_eta=True)
+    progress.stop()
     lines = [line for line in _lines(out) if "episodes " in line]
     assert [line.split(" | stage ETA ")[-1] if "ETA" in line else "" for line in lines] == [
         "", "", "4m00s", "2m00s", ""]  # 60 s / 64 x 256 left; 120 s / 160 x 160
+
+
+def test_no_heartbeat_spins_when_every_event_prints():
+    """`every_s=0` (print every event) started a heartbeat that waited 0 s between checks: it wrote a "working"
+    line per loop for as long as the process lived (a test left one running and the suite grew to 24 GB)."""
+    out = io.StringIO()
+    progress = Progress(["eval"], ["a"], stream=out, every_s=0)
+    progress.start("eval")
+    before = threading.active_count()
+    time.sleep(0.3)
+    assert "working" not in out.getvalue() and threading.active_count() == before
+    progress.stop()
