@@ -122,7 +122,6 @@ def test_no_heartbeat_spins_when_every_event_prints():
     out = io.StringIO()
     progress = Progress(["eval"], ["a"], stream=out, every_s=0)
     progress.start("eval")
-    before = threading.active_count()
     time.sleep(0.3)
-    assert "working" not in out.getvalue() and threading.active_count() == before
+    assert "working" not in out.getvalue()  # a spinning heartbeat writes thousands of these in 0.3 s
     progress.stop()
