@@ -368,7 +368,8 @@ def write_report(results_dir: Path, report: Path) -> Path:
            if missing else "."),
         "",
     ]
-    records = [*results, *load_starts(results_dir).values()]
+    starts = load_starts(results_dir)  # the start model's evaluations: scored like the runs, shown beside them
+    records = [*results, *starts.values()]
     drift = reward_drift(records)
     text += _drift_section(drift, records)
     groups = by_group(results)
@@ -380,7 +381,6 @@ def write_report(results_dir: Path, report: Path) -> Path:
         ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
         text += _setup(results, tasks)
         table = _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
-        starts = load_starts(results_dir)
         if starts:
             table[4:4] = _start_rows(starts, tasks)  # first under the header: the rows every loss starts from
         text += table
