@@ -255,3 +255,27 @@ def test_an_endpoints_reply_keeps_its_stop_string(monkeypatch):
     assert cut == ["<action>go north</action>"]
     assert whole == ["<action>go north</action> and then <action>look</action></answer>"]
     assert all("stop" not in r for r in _Endpoint.requests)
+
+
+def test_an_endpoint_gets_one_seed_per_conversation(monkeypatch):
+    """k sampled replies to one instance are k conversations with the same messages: sent with one seed, a server that
+    honours seeds (vLLM's does) returned k copies of one reply. Each conversation gets its own seed, and the next
+    turn's call (the rollout's seed + 1) reuses none of them."""
+    from eppo_train.policy.base import SamplingParams
+    from eppo_train.policy.openai import OpenAIChat
+
+    server = HTTPServer(("127.0.0.1", 0), _Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(_Endpoint, "requests", [])
+    try:
+        chat = OpenAIChat(f"http://127.0.0.1:{server.server_port}/v1", api_key="")
+        same = [[{"role": "user", "content": "guess"}]] * 4
+        chat.chat(same, SamplingParams(8, 1.0, 1.0, 5))
+        first = {r["seed"] for r in _Endpoint.requests}
+        chat.chat(same, SamplingParams(8, 1.0, 1.0, 6))
+        second = {r["seed"] for r in _Endpoint.requests} - first
+        chat.chat(same[:1], SamplingParams(8, 0.0, 1.0, None))
+    finally:
+        server.shutdown()
+    assert len(first) == 4 and len(second) == 4
+    assert "seed" not in _Endpoint.requests[-1]

@@ -154,3 +154,15 @@ def test_loading_and_saving_a_model_draw_no_progress_bars(tmp_path):
     asked = subprocess.run([sys.executable, "-c", script, str(tmp_path / "b")], capture_output=True, text=True,
                            env={**env, "HF_HUB_DISABLE_PROGRESS_BARS": "0"}, timeout=120)
     assert "Loading weights" in asked.stderr and "Writing model shards" in asked.stderr
+
+
+def test_request_seeds_never_repeat_across_a_rollouts_turns():
+    """The rollout samples turn t with seed + t and a batched backend seeds request i from that: `seed + i` gave
+    turn t's request i + 1 the very stream of turn t + 1's request i."""
+    from eppo_train.policy.base import request_seed
+
+    seeds = [request_seed(1000 + turn, i) for turn in range(10) for i in range(200)]
+    assert len(set(seeds)) == len(seeds)
+    assert request_seed(None, 3) is None
+    with pytest.raises(ValueError, match="seeds would repeat"):
+        request_seed(1, 1_000_003)

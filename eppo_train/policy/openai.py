@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from eppo_train.policy.base import ChatBackend, SamplingParams
+from eppo_train.policy.base import ChatBackend, SamplingParams, request_seed
 
 
 class EndpointError(RuntimeError):
@@ -48,9 +48,9 @@ class OpenAIChat(ChatBackend):
 
     def chat(self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams) -> list[str]:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(conversations)))) as executor:
-            return list(executor.map(lambda messages: self._one(messages, params), conversations))
+            return list(executor.map(lambda pair: self._one(pair[1], params, pair[0]), enumerate(conversations)))
 
-    def _one(self, messages: list[dict[str, str]], params: SamplingParams) -> str:
+    def _one(self, messages: list[dict[str, str]], params: SamplingParams, index: int) -> str:
         body: dict = {
             "model": self.model,
             "messages": messages,
@@ -58,8 +58,8 @@ class OpenAIChat(ChatBackend):
             "temperature": max(0.0, params.temperature),
             "top_p": params.top_p,
         }
-        if params.seed is not None:
-            body["seed"] = params.seed
+        if params.seed is not None:  # one seed per conversation: with one for all, a server that honours seeds
+            body["seed"] = request_seed(params.seed, index)  # gave the k samples of an instance the same reply
         # No `stop` in the request: the API drops the stop string it matched from the reply, so "<action>go
         # north</action>" came back as "<action>go north", an unclosed tag every task refuses, where the HF and vLLM
         # backends keep it. The reply is cut after its first stop string here instead (`_cut`).

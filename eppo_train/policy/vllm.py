@@ -12,8 +12,9 @@ from the learner each iteration without restarting the engine.
   and skips a tied `lm_head`). Workers must share the driver's machine (one node); multi-node engines would want a
   NCCL weight-sync group instead. The prefix cache is cleared afterwards, since KV blocks
   computed with the old weights would otherwise be reused.
-- Seeds: request i of a batch gets seed `params.seed + i` (its own generator), so the G members of a GRPO group
-  differ and the same batch with the same seed gives the same samples whatever else the engine is running.
+- Seeds: request i of a batch gets `base.request_seed(params.seed, i)` (its own generator), so the G members of a
+  GRPO group differ, no two requests of a rollout share a stream, and the same batch with the same seed gives the
+  same samples whatever else the engine is running.
   Chunked prefill is off: with it, vLLM rewinds a request's generator with `Generator.set_offset` whenever a
   partially prefilled prompt's token is discarded, which CPU generators do not support (`RuntimeError: CPU
   Generator does not use offset`, tests/test_vllm.py); unchunked, a prompt is always prefilled in one step.
@@ -45,7 +46,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from eppo_train.interrupt import relayed_child_output
-from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
+from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams, request_seed
 from eppo_train.policy.models import load_tokenizer, resolve_model
 from eppo_train.policy.vllm_teardown import close_zmq_left_by
 from eppo_train.reaper import owned_prefix
@@ -137,7 +138,7 @@ class VLLMPolicy(PolicyBackend):
             top_p=1.0 if greedy else params.top_p,
             top_k=0,  # no top-k cut (the default): top-p and temperature only, as HFPolicy samples
             max_tokens=max(1, cap),
-            seed=None if params.seed is None else params.seed + index,
+            seed=request_seed(params.seed, index),
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
             logprobs=0,
