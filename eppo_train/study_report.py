@@ -325,8 +325,8 @@ def _drift_section(drift: list[RewardDrift], records: list[dict]) -> list[str]:
              "with runs made now. Delete a run's result file and run `make experiment` to measure it again.", ""]
     for d in drift:
         scored = "; ".join(f"revision {rev} in {_scored_by(names, every)}" for rev, names in sorted(d.scored.items()))
-        lines.append(f"- **{d.task}** (`{d.env_id}`, revision {d.now} today): {scored}. Changed since: "
-                     + " ".join(d.changes))
+        lines.append(f"- **{d.task}** (`{d.env_id}`, revision {d.now} today): {scored}. Changed since:")
+        lines.extend(f"  - {change}" for change in d.changes)
     return [*lines, ""]
 
 

@@ -80,7 +80,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     assert (report.parent / "figures" / "success.png").exists()
     text = report.read_text()
     assert ("- **guess_small** (`example/GuessNumber-v0`, revision 2 today): revision 1 in every result file. "
-            "Changed since: 2026-12-07: a guess out of range loses") in text
+            "Changed since:\n  - 2026-12-07: a guess out of range loses") in text
     assert "The rewards of guess_small, guess_large have changed since these runs" in text
 
 
@@ -326,7 +326,7 @@ def test_results_scored_by_an_earlier_reward_are_told_apart(tmp_path: Path):
     assert drift.scored == {1: ["eppo-seed0", "grpo-seed0"]} and drift.changes == list(MathToolEnv.reward_changes)
     text = write_report(results, tmp_path / "study.md").read_text()
     assert (f"- **math** (`eppo/MathTool-v0`, revision {now} today): revision 1 in eppo-seed0, grpo-seed0. "
-            f"Changed since: {MathToolEnv.reward_changes[0]}") in text
+            "Changed since:\n" + "".join(f"  - {change}\n" for change in MathToolEnv.reward_changes)) in text
     assert "**mine**" not in text
     assert reward_drift([run("grpo", 1, now)]) == []
 

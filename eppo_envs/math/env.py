@@ -37,6 +37,9 @@ class MathToolEnv(AgentEnv):
         "expression had won 59 of 60 arithmetic problems); a percent answer is read as one value, not as X or X/100; "
         "both grading steps read a reply as the same value ('3 4' had won as 34); a NUL character no longer joins "
         "the digits around it",
+        "2026-12-07: a numeric answer is one number as written, checked on its text: numbers side by side no longer "
+        "add up ('81 80' had won 161, '1\\,234' 235), and chained or nested divisions, brackets, powers, \\binom and "
+        "other LaTeX functions no longer evaluate to an answer ('-( -61 / 1 )' had won 61)",
     )
     action_hint = (
         "Reply with <python>code</python> to run Python (print what you need), or give the final answer as "

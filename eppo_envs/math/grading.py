@@ -31,6 +31,17 @@ CHILD_DEADLINE_S = 20.0
 # else ("50%" = 1/2 = 0.5), so one reply won for two answers.
 _PERCENT = UnevaluatedExpr(Rational(1, 100))
 _NUMERAL_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
+# One number as a reply writes it, checked on the text because latex2sympy evaluates what it reads: it sums numbers
+# written side by side ("81 80" is 161, "1\,234" is 235, "5 \frac{14}{2}" is 12), and folds "12/2/2", "\binom{5}{2}",
+# "-( -61 / 1 )" or "e^{0}" into plain integers that the value checks below cannot tell from a written number.
+_DIGITS_RE = re.compile(r"(?:\d+(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")  # 5,000  0.5  .5  1E3
+_FRACTION_RE = re.compile(r"\d\s*/\s*[+-]?\d|\\[dt]?frac\s*(?:\{\s*[+\-\u2212]?\d[\d.,]*\s*\}\s*\{\s*\d[\d.,]*\s*\}|\d\d)")
+_COMMAND_RE = re.compile(r"\\([a-zA-Z]+|.)")
+# LaTeX that wraps, spaces or labels a number without computing anything (`\,` and `\;` separate two numbers, which
+# the digit count then refuses); any other command (\sqrt, \binom, \cos, \left, \mid, ...) is left to compute
+_WRAPPING_COMMANDS = frozenset({"boxed", "text", "textbf", "textrm", "mathrm", "mathbf", "displaystyle", "frac", "dfrac",
+                                "tfrac", "circ", "degree", "%", "$", "{", "}", ",", ";", ":", " ", "quad", "qquad"})
+_DEGREES_RE = re.compile(r"\^\s*(?:\\circ|\{\s*\\circ\s*\})")
 
 
 def _as_math(text: str) -> str:
@@ -141,6 +152,24 @@ def _written_number(value: object) -> bool:
     return len(rest) == 1 and isinstance(rest[0], Number)
 
 
+def written_as_one_number(text: str) -> bool:
+    """Whether the reply's text holds one number and nothing that computes with it: one run of digits (thousands
+    commas, a decimal point and an exponent included) or one fraction (`5/14`, `\\frac{5}{14}`), at most one sign
+    and one `=`, no brackets, bars, powers (but `^\\circ`), factorials or subscripts, and no LaTeX command but those
+    that wrap or space a number. Words around it may stay ("The answer is 5/14")."""
+    # "1{,}234" is LaTeX's thousands comma and `\!` a negative space that joins ("1\!000" is 1000)
+    text = _DEGREES_RE.sub("", text.replace("{,}", ",").replace("\\!", ""))
+    if any(command not in _WRAPPING_COMMANDS for command in _COMMAND_RE.findall(text)):
+        return False
+    bare = _COMMAND_RE.sub(" ", text)
+    if any(c in bare for c in "()[]|^!_") or bare.count("=") > 1:
+        return False
+    runs = len(_DIGITS_RE.findall(bare))
+    signs = sum(bare.count(c) for c in "+-\u2212") - sum(m.group().count("+") + m.group().count("-")
+                                                         for m in _DIGITS_RE.finditer(bare))
+    return signs <= 1 and (runs == 1 or (runs == 2 and _FRACTION_RE.search(text) is not None))
+
+
 def _is_answer(value: object) -> bool:
     """Whether `value` (one of math-verify's readings of a reply) answers with a number: the number itself or
     `x = number` (the unknown may be `e` or `I`, read as constants). An expression left to compute is no answer to
@@ -162,6 +191,8 @@ def _verify(prediction: str, reference: str, timed: bool = True) -> bool:
     try:
         gold, pred = parse(_as_math(reference), **parse_kw), parse(_as_math(prediction), **parse_kw)
         if any(isinstance(v, Basic) for v in gold) and all(_written_number(v) for v in gold if isinstance(v, Basic)):
+            if not written_as_one_number(prediction):
+                return False
             pred = [v for v in pred if _is_answer(v)]
         gold, pred = [_percent_as_unit(v) for v in gold], [_percent_as_unit(v) for v in pred]
         return bool(gold and pred and verify(gold, pred, **verify_kw))
