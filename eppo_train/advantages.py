@@ -119,6 +119,12 @@ class GigpoOptions:
     weight: float = 1.0  # step-advantage weight
     gamma: float = 0.95  # discount of the step returns
 
+    def __post_init__(self) -> None:
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"algo.advantage_options.gamma: a discount in [0, 1], got {self.gamma}")
+        if self.weight < 0:
+            raise ConfigError(f"algo.advantage_options.weight: must be >= 0, got {self.weight}")
+
 
 def gigpo(samples: list[Sample], scale_by_std: bool = True, options: GigpoOptions | None = None) -> dict[int, float]:
     opt = options or GigpoOptions()

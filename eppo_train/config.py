@@ -391,6 +391,12 @@ def validate(cfg: Config) -> None:
     need(0 <= cfg.pacing.beta < 1, f"pacing.beta: must be in [0, 1), got {cfg.pacing.beta}")
     need(0 <= cfg.pacing.lam < 1, f"pacing.lam: must be in [0, 1), got {cfg.pacing.lam}")
     need(0 < cfg.pacing.eps_min <= cfg.pacing.eps_max < 1, "pacing: need 0 < eps_min <= eps_max < 1")
+    # alpha < 0 would reverse the pacing (an over-confident task given the looser range); 0 turns it off
+    need(cfg.pacing.alpha >= 0, f"pacing.alpha: must be >= 0, got {cfg.pacing.alpha}")
+    need(cfg.pacing.tau > 0, f"pacing.tau: must be > 0, got {cfg.pacing.tau}")
+    need(cfg.pacing.default_target > 0, f"pacing.default_target: must be > 0 nats, got {cfg.pacing.default_target}")
+    for task, target in cfg.pacing.target_entropy.items():  # its task names: tasks.prepare_tasks, which knows them
+        need(target > 0, f"pacing.target_entropy.{task}: must be > 0 nats, got {target}")
     need(cfg.rollout.group_size >= 1, f"rollout.group_size: must be >= 1, got {cfg.rollout.group_size}")
     need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens: must be >= 1")
     need(cfg.rollout.temperature > 0, "rollout.temperature: must be > 0")

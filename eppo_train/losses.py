@@ -76,11 +76,23 @@ class ClipCovOptions:
     lb: float = 1.0  # covariance window (lb, ub) of the candidate tokens
     ub: float = 5.0
 
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio <= 1:
+            raise ConfigError(f"algo.options.ratio: a share of the tokens in (0, 1], got {self.ratio}")
+        if not self.lb < self.ub:  # an empty window makes no token a candidate: clip_cov would silently be plain PPO
+            raise ConfigError(f"algo.options: need lb < ub, got lb={self.lb}, ub={self.ub}")
+
 
 @dataclass
 class KlCovOptions:
     ratio: float = 2e-3  # share of tokens penalised
     coef: float = 1.0  # weight of |log r| on them
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio <= 1:  # past 1 the top-k asks for more tokens than the batch has, mid-run
+            raise ConfigError(f"algo.options.ratio: a share of the tokens in (0, 1], got {self.ratio}")
+        if self.coef < 0:
+            raise ConfigError(f"algo.options.coef: must be >= 0, got {self.coef}")
 
 
 def clip_cov(inp: LossInputs) -> LossOutput:

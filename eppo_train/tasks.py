@@ -74,6 +74,9 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         if name not in labels:
             raise ConfigError(f"evaluation.split: no task {name!r} (tasks: {', '.join(s.label for s in slots)})")
         check_split(next(s.cfg.id for s in slots if s.label == name), split, f"evaluation.split.{name}")
+    for name in cfg.pacing.target_entropy:  # a mistyped label would pace that task toward the default target
+        if name not in labels:
+            raise ConfigError(f"pacing.target_entropy: no task {name!r} (tasks: {', '.join(s.label for s in slots)})")
     return slots
 
 

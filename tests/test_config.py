@@ -61,10 +61,28 @@ def test_bad_keys_and_values_are_one_line(override, words):
     ("pacing.warmup=-1", "pacing.warmup: must be >= 0"),
     ("algo.kl_coef=-1", "algo.kl_coef: must be >= 0"),
     ("ray.num_cpus=-1", "ray.num_cpus: must be >= 1"),
+    # a negative alpha reverses the pacing
+    ("pacing.alpha=-1", "pacing.alpha: must be >= 0"),
+    ("pacing.tau=0", "pacing.tau: must be > 0"),
+    ("pacing.default_target=0", "pacing.default_target: must be > 0"),
+    ("pacing.target_entropy={guess_small: -0.1}", "pacing.target_entropy.guess_small: must be > 0"),
 ])
 def test_out_of_range_values_are_one_line(override, words):
     with pytest.raises(ConfigError) as exc:
         load_config("tiny", [override])
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("overrides, words", [
+    # KL-Cov's top-k asked for more tokens than the batch has, mid-run; an empty Clip-Cov window detached no token,
+    # silently plain PPO; a discount past 1 let GiGPO's step returns grow with the distance to the end
+    (["algo.name=kl_cov", "algo.options={ratio: 2}"], "algo.options.ratio: a share of the tokens in (0, 1]"),
+    (["algo.name=clip_cov", "algo.options={lb: 5, ub: 1}"], "algo.options: need lb < ub"),
+    (["algo.advantage=gigpo", "algo.advantage_options={gamma: 1.5}"], "algo.advantage_options.gamma: a discount"),
+])
+def test_out_of_range_loss_and_estimator_options_are_one_line(overrides, words):
+    with pytest.raises(ConfigError) as exc:
+        load_config("tiny", overrides)
     assert words in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -106,6 +124,7 @@ def test_a_bad_task_option_is_one_line_before_the_run():
     ("env.tasks.0.split=nope", "env.tasks.0.split: 'nope' is not a split of example/GuessNumber-v0 (train, test)"),
     ("evaluation.split={guess_small: nope}", "evaluation.split.guess_small: 'nope' is not a split"),
     ("evaluation.split={nope: test}", "evaluation.split: no task 'nope' (tasks: guess_small, guess_large)"),
+    ("pacing.target_entropy={guess: 0.3}", "pacing.target_entropy: no task 'guess' (tasks: guess_small, guess_large)"),
 ])
 def test_a_bad_split_is_one_line_before_the_run(override, words):
     # env.tasks[].split was a ValueError traceback at the first reset; evaluation.split's were never checked
