@@ -73,7 +73,8 @@ def task_normalised(samples: list[Sample], scale_by_std: bool = True, options: N
         by_task[s.task].append(s)
     out: dict[int, float] = {}
     for group in by_task.values():
-        mean, div = _normalise([centred[id(s)] for s in group], True)
+        per_episode = {s.episode_id: centred[id(s)] for s in group}  # window mode: an episode counts once here too
+        mean, div = _normalise(list(per_episode.values()), True)
         for s in group:
             out[id(s)] = (centred[id(s)] - mean) / div
     return out

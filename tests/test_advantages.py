@@ -103,16 +103,16 @@ def test_flat_groups_and_a_group_of_one_get_zero_advantage():
 
 
 def test_task_normalisation_over_groups_of_different_spread_and_window_samples():
-    # one task, three groups (Dr. GRPO centring per group over episodes, then a z-score over the task's samples):
+    # one task, three groups (Dr. GRPO centring per group over episodes, then a z-score over the task's episodes):
     # g1: episode a won (2 window samples), b lost -> centred +0.5, +0.5, -0.5; g2 flat -> 0, 0;
-    # g3: rewards 0.2 / 0 -> +0.1, -0.1. The samples' mean is 0.4 / 7, not 0 (episode a counts twice)
+    # g3: rewards 0.2 / 0 -> +0.1, -0.1. Over the 6 episodes the mean is 0 and the std sqrt(0.52 / 6); over the 7
+    # samples it would be 0.4 / 7 (episode a counted twice)
     batch = [sample("t", "g1", "a", 1.0, turn=0, turns=2), sample("t", "g1", "a", 1.0, turn=1, turns=2),
              sample("t", "g1", "b", 0.0), sample("t", "g2", "c", 0.5), sample("t", "g2", "d", 0.5),
              sample("t", "g3", "e", 0.2), sample("t", "g3", "f", 0.0)]
     centred = [0.5, 0.5, -0.5, 0.0, 0.0, 0.1, -0.1]
-    mean = sum(centred) / 7
-    std = (sum((c - mean) ** 2 for c in centred) / 7) ** 0.5
-    want = [(c - mean) / (std + 1e-6) for c in centred]
+    std = (0.52 / 6) ** 0.5
+    want = [c / (std + 1e-6) for c in centred]
     grpo = compute_advantages(batch, "grpo")  # +1 +1 -1 0 0 +1 -1: mean 1/7
     assert grpo.stats["adv_mean"] == pytest.approx(1 / 7, abs=1e-5) == grpo.per_task["t"]["adv_mean"]
     for scale in (True, False):  # the task-level z-score is the estimator's definition, whatever scale_by_std says
