@@ -187,7 +187,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_serve_parser(sub) -> None:
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a task over HTTP (OpenEnv protocol + EPPO sessions); prints its URL")
     p.add_argument("env_id", help="task id or name, e.g. eppo/MathTool-v0 or math")
     p.add_argument("--host", default="127.0.0.1", help="default: loopback only")

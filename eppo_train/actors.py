@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,6 +29,12 @@ from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.engine import EngineSpec, make_engine
 from eppo_train.reaper import owned_prefix
 from eppo_train.records import Sample
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
+    from transformers import PreTrainedTokenizerBase
+
+    from eppo_train.envpool import EnvPool
 
 
 def _threads(n: int | None) -> None:
@@ -164,7 +171,7 @@ def _get(ray, refs, what: str):
 class RemotePolicy(PolicyBackend):
     """A PolicyBackend whose `generate` runs in the generator actor; the tokenizer stays in the driver."""
 
-    def __init__(self, handle, tokenizer) -> None:
+    def __init__(self, handle: ActorHandle, tokenizer: PreTrainedTokenizerBase) -> None:
         import ray
 
         self._ray, self.handle, self.tokenizer = ray, handle, tokenizer
@@ -311,7 +318,7 @@ def make_workers(cfg: Config, engine: PolicyBackend | None = None) -> LocalWorke
     return LocalWorkers(cfg, engine)
 
 
-def network_metrics(pool, workers) -> dict[str, float]:
+def network_metrics(pool: EnvPool, workers: LocalWorkers | RayWorkers) -> dict[str, float]:
     """What crossed process (and, on a cluster, node) boundaries this iteration, in bytes; {} in local mode."""
     if not isinstance(workers, RayWorkers):
         return {}
@@ -322,7 +329,7 @@ def network_metrics(pool, workers) -> dict[str, float]:
     return out
 
 
-def placement(pool, workers) -> dict:
+def placement(pool: EnvPool, workers: LocalWorkers | RayWorkers) -> dict:
     """Which node runs what (written to the run directory as placement.json in Ray mode)."""
     if not isinstance(workers, RayWorkers):
         return {}

@@ -8,7 +8,7 @@ call make two results paired instance by instance (each task's `outcomes`, as `s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config
 from eppo_train.evaluation import EvalProgress, EvalSpec, evaluate
@@ -17,11 +17,14 @@ from eppo_train.policy.base import PolicyBackend, SamplingParams
 from eppo_train.tasks import reply_tokens
 from eppo_train.ticks import EVALUATION_AGENT
 
+if TYPE_CHECKING:
+    from eppo_train.tasks import TaskSlot
+
 # (episodes done, episodes in the whole set, new tokens, seconds) over every spec of one evaluation
 SetProgress = Callable[[int, int, int, float], None]
 
 
-def eval_specs(cfg: Config, slots) -> list[tuple[EvalSpec, list]]:  # noqa: ANN001 (slots: tasks.TaskSlot list)
+def eval_specs(cfg: Config, slots: list[TaskSlot]) -> list[tuple[EvalSpec, list]]:
     """The fixed evaluation set as specs, one per split in use, each with the task slots it covers."""
     ev = cfg.evaluation
     by_split: dict[str | None, list] = {}
@@ -45,7 +48,7 @@ def evaluation_agent(cfg: Config, policy: PolicyBackend) -> PolicyAgent:
     return agent
 
 
-def evaluate_set(cfg: Config, slots, policy: Any, name: str,  # noqa: ANN001 (slots as above)
+def evaluate_set(cfg: Config, slots: list[TaskSlot], policy: Any, name: str,
                  on_progress: SetProgress | None = None) -> dict[str, Any]:
     """Greedy evaluation of `policy` (an Agent or a policy backend) on the fixed set: `{"model": name,
     "episodes_per_task", "tasks": {task label: evaluation.summarise(...) + env_id, split}, "seconds"}`."""

@@ -23,6 +23,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import (
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+        PreTrainedTokenizerFast,
+        Qwen2ForCausalLM,
+    )
 
 # Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device-name substring, from the vendors' data sheets.
 PEAK_BF16 = {"H200": 989e12, "H100 SXM": 989e12, "H100 NVL": 835e12, "H100 PCIe": 756e12, "H100": 756e12,
@@ -84,7 +93,7 @@ def _reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def synthetic_tokenizer(vocab: int):
+def synthetic_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
     """A word-level tokenizer over `vocab` ids (pad 0, eos 1): enough for batching, stopping and decoding."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -95,7 +104,7 @@ def synthetic_tokenizer(vocab: int):
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
 
 
-def random_model(sizes: Sizes, device: str):
+def random_model(sizes: Sizes, device: str) -> Qwen2ForCausalLM:
     """A random-initialised Qwen2 causal LM (fp32 master weights) built directly on `device`."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -138,7 +147,7 @@ def learner_flops(sizes: Sizes, non_embedding: int, tokens: int, masked: int) ->
     return 4 * forward
 
 
-def bench_learner(sizes: Sizes, device: str, model) -> dict:
+def bench_learner(sizes: Sizes, device: str, model: PreTrainedModel) -> dict:
     """Time `Learner.train_step` (the EPPO loss, bf16 autocast on CUDA) on random rollouts."""
     import random
 
@@ -181,7 +190,7 @@ def bench_learner(sizes: Sizes, device: str, model) -> dict:
             "seconds": elapsed, "learner": learner}
 
 
-def bench_generation(sizes: Sizes, device: str, model, tokenizer) -> dict:
+def bench_generation(sizes: Sizes, device: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> dict:
     """Time HFPolicy.generate (the rollout's HF engine) on a bf16 copy of the model, random prompts."""
     import copy
     import random

@@ -138,7 +138,7 @@ def hidden_logprobs_entropy(
     return logprobs, entropy
 
 
-def autocast(device: str, bf16_cpu: bool = False):
+def autocast(device: str, bf16_cpu: bool = False) -> torch.autocast | nullcontext[None]:
     """bf16 autocast on a GPU always, on CPU when asked and the CPU has native bf16 (~1.6x faster there; emulated
     bf16 is ~100x slower, policy/precision.py); else full precision."""
     on_gpu = device.startswith("cuda")

@@ -20,7 +20,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config, save_config
 from eppo_train.files import write_json_atomic
@@ -29,11 +29,14 @@ from eppo_train.policy.engine import SharedEngine
 from eppo_train.progress import Progress, RLWatcher
 from eppo_train.ticks import listen
 
+if TYPE_CHECKING:
+    from eppo_train.tasks import TaskSlot
+
 STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
 
 
 # ---------------------------------------------------------------------------- evaluation (fixed_eval)
-def evaluate_model(cfg: Config, slots, model: str, progress: Progress | None = None,
+def evaluate_model(cfg: Config, slots: list[TaskSlot], model: str, progress: Progress | None = None,
                    engine: SharedEngine | None = None) -> dict[str, Any]:
     """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split (on `engine` when
     given: the pipeline's one engine, with `model`'s weights pushed into it)."""

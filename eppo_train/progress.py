@@ -15,10 +15,10 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from eppo_train import interrupt
-from eppo_train.ticks import EVALUATION_AGENT, RolloutTick
+from eppo_train.ticks import EVALUATION_AGENT, Listener, RolloutTick
 
 
 def _fmt_s(seconds: float) -> str:
@@ -27,7 +27,8 @@ def _fmt_s(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, stages: Sequence[str], tasks: Sequence[str], stream=None, every_s: float = 15.0) -> None:
+    def __init__(self, stages: Sequence[str], tasks: Sequence[str], stream: TextIO | None = None,
+                 every_s: float = 15.0) -> None:
         self.stages, self.tasks = list(stages), list(tasks)
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
@@ -93,7 +94,7 @@ class Progress:
             eta = f" | stage ETA {_fmt_s(seconds / done * (total - done))}"
         self._line(f"{self._pos(self.stage)}: {what} {done}/{total}{rate_text}{eta}")
 
-    def ticks(self, what: str, level: int = 1):
+    def ticks(self, what: str, level: int = 1) -> Listener:
         """A listener for eppo_train.ticks: one rollout call's episodes (SFT demos, an RL iteration's rollout)."""
         started: list[float] = []
 

@@ -33,10 +33,14 @@ from eppo_train.records import Sample
 from eppo_train.tasks import TaskSlot, prepare_tasks, rollout_config, train_problems
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from eppo_train.envpool import EnvPool
     from eppo_train.progress import Progress
 
 
-def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer, pool, episodes: int) -> tuple[list[Sample], dict]:
+def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer: PreTrainedTokenizerBase, pool: EnvPool,
+                   episodes: int) -> tuple[list[Sample], dict]:
     """`episodes` expert episodes per task (train split, seeded by the run seed), as RL-format samples. An
     episode the expert did not finish in the turn limit is kept: each of its replies is still the expert's move."""
     from eppo_train.rollout import run_rollout
@@ -73,7 +77,7 @@ def over_budget_warnings(per_task: dict[str, dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- the loss and the loop
-def masked_nll_sum(model, samples: list[Sample], micro_batch_tokens: int, device: str = "cpu",
+def masked_nll_sum(model: torch.nn.Module, samples: list[Sample], micro_batch_tokens: int, device: str = "cpu",
                    bf16: bool = False, grad: bool = False, scale: float = 1.0) -> tuple[float, int]:
     """(sum of -log p over model tokens, number of model tokens). With `grad`, backpropagates `scale` x the sum
     micro-batch by micro-batch (exact gradient accumulation)."""
@@ -92,7 +96,7 @@ def masked_nll_sum(model, samples: list[Sample], micro_batch_tokens: int, device
     return total, count
 
 
-def mean_nll(model, samples: list[Sample], micro_batch_tokens: int = 4096, device: str = "cpu",
+def mean_nll(model: torch.nn.Module, samples: list[Sample], micro_batch_tokens: int = 4096, device: str = "cpu",
              bf16: bool = False) -> float:
     """The SFT loss of `model` on `samples` (nats per model token), without gradients."""
     was = model.training
@@ -110,9 +114,9 @@ class SftReport:
     seconds: float = 0.0
 
 
-def train_sft(model, samples: list[Sample], steps: int, lr: float, batch_size: int, micro_batch_tokens: int,
-              train_top_layers: int = 0, bf16: bool = False, seed: int = 0, device: str = "cpu",
-              on_step: Callable[[int, float], None] | None = None) -> SftReport:
+def train_sft(model: torch.nn.Module, samples: list[Sample], steps: int, lr: float, batch_size: int,
+              micro_batch_tokens: int, train_top_layers: int = 0, bf16: bool = False, seed: int = 0,
+              device: str = "cpu", on_step: Callable[[int, float], None] | None = None) -> SftReport:
     """`steps` AdamW steps of token-mean NLL on model tokens; batches drawn by shuffled passes over `samples`."""
     from eppo_train.learner import freeze_below_top
 
@@ -168,7 +172,8 @@ def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
-def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool=None, on_step: Callable[[int, float], None] | None = None) -> dict:
+def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool: EnvPool | None = None,
+            on_step: Callable[[int, float], None] | None = None) -> dict:
     """Generate the demonstrations, train, save the model (+ tokenizer) to `out`; return a JSON-able report."""
     from eppo_train.envpool import LocalEnvPool
     from eppo_train.policy.models import load_model, load_tokenizer
@@ -205,7 +210,7 @@ def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool=None, on_step: C
     return info
 
 
-def sft_source(cfg: Config, slots) -> tuple[Config, list]:
+def sft_source(cfg: Config, slots: list[TaskSlot]) -> tuple[Config, list]:
     """The config and task slots the shared warm start is built from: `cfg` itself, or with `sft.tasks_from` that
     config's tasks and rollout settings (the pipeline's five tasks) under this config's model and `sft` section."""
     from eppo_train.config import load_config

@@ -24,10 +24,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eppo_train.config import Config, ConfigError, from_dict, parse_override, to_dict
+
+if TYPE_CHECKING:
+    from eppo_train.policy.engine import SharedEngine
+    from eppo_train.progress import Progress
+    from eppo_train.tasks import TaskSlot
 
 DEFAULT_ALGOS = ("grpo", "dapo", "eppo", "clip_cov")
 
@@ -148,7 +155,7 @@ def write_plan(plan: list[StudyRun], results: Path) -> None:
     (results / "plan.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
-def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str, dict]:
+def shared_start(cfg: Config, slots: list[TaskSlot], sft_dir: str | None, progress: Progress) -> tuple[str, dict]:
     """The model every run starts from and a record of it (the weights' sha256 says whether two machines agree)."""
     from eppo_train.study_record import model_fingerprint
 
@@ -167,8 +174,8 @@ def shared_start(cfg: Config, slots, sft_dir: str | None, progress) -> tuple[str
     return model, {"base_model": cfg.model.name, "model": model, "how": how, **model_fingerprint(model)}
 
 
-def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: StudyPaths, command: str,
-            progress, engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
+def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots: list[TaskSlot], paths: StudyPaths,
+            command: str, progress: Progress, engine: SharedEngine | None = None) -> Path:
     """Train (or resume) one run, evaluate its final model, write its result file; returns the file."""
     from eppo_train.files import write_json_atomic
     from eppo_train.metrics import read_metrics
@@ -193,8 +200,8 @@ def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots, paths: S
     return path
 
 
-def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPaths, command: str, progress,
-                   engine=None) -> Path:  # noqa: ANN001 (engine: the study's SharedEngine, or None)
+def evaluate_start(cfg: Config, model: str, start: dict, slots: list[TaskSlot], paths: StudyPaths, command: str,
+                   progress: Progress, engine: SharedEngine | None = None) -> Path:
     """The start model on the same evaluation set (`start-model.json`, once): what every run's RL adds to it."""
     from eppo_train.files import write_json_atomic
     from eppo_train.pipeline import evaluate_model
@@ -217,7 +224,7 @@ def evaluate_start(cfg: Config, model: str, start: dict, slots, paths: StudyPath
 
 
 def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str, sft_dir: str | None = None,
-              say=print) -> Path:
+              say: Callable[[str], None] = print) -> Path:
     """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
     from eppo_train.study_record import load_results, load_starts, reward_drift
     from eppo_train.study_report import write_report

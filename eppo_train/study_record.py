@@ -25,9 +25,12 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config, to_dict
+
+if TYPE_CHECKING:
+    from eppo_train.study import StudyRun
 
 SCHEMA = 1
 # Per-task training numbers kept per iteration (the rest of metrics.jsonl stays in the scratch run folder).
@@ -63,7 +66,7 @@ def _iteration(rec: dict) -> dict[str, Any]:
     }
 
 
-def build_record(run, cfg: Config, start: dict, metrics: list[dict], report: dict, *, command: str,
+def build_record(run: StudyRun, cfg: Config, start: dict, metrics: list[dict], report: dict, *, command: str,
                  resumed_from: int, started: float, train_s: float, eval_s: float,
                  load: tuple[tuple[float, ...], tuple[float, ...]]) -> dict[str, Any]:
     iterations = [_iteration(r) for r in metrics]

@@ -15,13 +15,20 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eppo_train.advantages import compute_advantages
 from eppo_train.config import Config, save_config
 from eppo_train.files import write_json_atomic, write_text_atomic
 from eppo_train.metrics import MetricsWriter
 from eppo_train.tasks import prepare_tasks, rollout_config, train_problems, training_rewards
+
+if TYPE_CHECKING:
+    from eppo_envs.core import Episode
+    from eppo_train.policy.base import PolicyBackend
+    from eppo_train.records import Sample
 
 
 class RunError(ValueError):
@@ -113,7 +120,7 @@ def check_run_dir(cfg: Config, resume: bool) -> None:
 _METRIC_NAMES = {"mean_reward": "reward", "mean_turns": "turns"}
 
 
-def rollout_metrics(episodes, samples) -> dict[str, dict[str, float]]:
+def rollout_metrics(episodes: Sequence[Episode], samples: Sequence[Sample]) -> dict[str, dict[str, float]]:
     from eppo_train.stats import episode_stats
 
     per: dict[str, dict[str, float]] = {}
@@ -125,7 +132,7 @@ def rollout_metrics(episodes, samples) -> dict[str, dict[str, float]]:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, resume: bool = False, engine=None) -> None:  # noqa: ANN001 (a PolicyBackend)
+    def __init__(self, cfg: Config, resume: bool = False, engine: PolicyBackend | None = None) -> None:
         """`engine`: a running generation engine holding `cfg.model.name`'s weights, reused instead of starting one
         (the pipeline's shared engine; local mode only)."""
         self.cfg = cfg

@@ -57,7 +57,7 @@ class CachedLogicPddlEnv(PddlEnv):
         self._entity_infos = self._get_entity_infos()
         self._fresh = True
 
-    def reset(self):
+    def reset(self) -> GameState:
         # PddlEnv.reset, except that the state `load` has just built (nothing applied to it yet) is used as is.
         if not getattr(self, "_fresh", False):
             with _ArgvGuard():
@@ -74,7 +74,7 @@ class CachedLogicPddlEnv(PddlEnv):
         self._gather_infos()
         return self.state
 
-    def step(self, command: str):
+    def step(self, command: str) -> tuple[GameState, float, bool]:
         self._fresh = False
         return super().step(command)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from eppo_envs.code.generated import generated_problems
 from eppo_envs.code.harness import DEFAULT_TIME_LIMIT_S, TestReport, count_tests, run_tests
@@ -42,7 +43,7 @@ class CodeEnv(AgentEnv):
         split_sources: dict[str, str] | None = None,
         sandbox: Sandbox | None = None,
         time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(split, **kwargs)
         levels = None if level is None else set([level] if isinstance(level, int) else level)

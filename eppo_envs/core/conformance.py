@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from gymnasium.utils.env_checker import check_env
 
@@ -29,7 +30,7 @@ def _fail(env_id: str, message: str) -> None:
     raise ConformanceError(f"{env_id}: {message}")
 
 
-def check_gymnasium(env_id: str, **kwargs) -> None:
+def check_gymnasium(env_id: str, **kwargs: Any) -> None:
     """Gymnasium's own env checker (spaces, reset/step signatures, seeding determinism)."""
     env = make(env_id, **kwargs)
     try:
@@ -54,7 +55,7 @@ def _check_text(env_id: str, text: object, where: str) -> None:
         _fail(env_id, f"observation after {where} has non-printable characters {sorted(bad)[:5]!r}")
 
 
-def check_determinism(env_id: str, seeds: Sequence[int] = (0, 1, 7), split: str | None = None, **kwargs) -> None:
+def check_determinism(env_id: str, seeds: Sequence[int] = (0, 1, 7), split: str | None = None, **kwargs: Any) -> None:
     """Two fresh envs on the same (split, seed) give the same text, and the same answers to the same actions."""
     envs = [make(env_id, **kwargs) for _ in range(2)]
     split = split or envs[0].unwrapped.eval_split
@@ -81,7 +82,7 @@ def check_determinism(env_id: str, seeds: Sequence[int] = (0, 1, 7), split: str 
             env.close()
 
 
-def check_expert(env_id: str, seeds: Sequence[int] = (0, 1, 2), split: str | None = None, **kwargs) -> None:
+def check_expert(env_id: str, seeds: Sequence[int] = (0, 1, 2), split: str | None = None, **kwargs: Any) -> None:
     """The expert wins every sampled instance."""
     env = make(env_id, **kwargs)
     split = split or env.unwrapped.eval_split
@@ -132,7 +133,7 @@ def malformed_actions(tool_tags: Sequence[str], rng: random.Random) -> Iterator[
             yield f"<{own}>{''.join(rng.choice(junk) for _ in range(rng.randrange(0, 80)))}</{own}>", False
 
 
-def check_malformed(env_id: str, count: int = 500, seed: int = 0, **kwargs) -> None:
+def check_malformed(env_id: str, count: int = 500, seed: int = 0, **kwargs: Any) -> None:
     """500 random and malformed replies never raise; the broken ones get `action_valid=False` and a how-to."""
     env = make(env_id, **kwargs)
     rng = random.Random(seed)
@@ -160,7 +161,7 @@ def check_malformed(env_id: str, count: int = 500, seed: int = 0, **kwargs) -> N
         env.close()
 
 
-def check_all(env_id: str, verbose: bool = True, **kwargs) -> tuple[str, ...]:
+def check_all(env_id: str, verbose: bool = True, **kwargs: Any) -> tuple[str, ...]:
     """Run every check (the first failure raises ConformanceError); on success say so and return their names."""
     checks = {"gymnasium": check_gymnasium, "determinism": check_determinism, "expert": check_expert,
               "malformed": check_malformed}

@@ -8,6 +8,7 @@ and has to find the one rewarded answer. The default expert answers `target` and
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import eppo_envs
 from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
@@ -20,7 +21,7 @@ class BanditEnv(AgentEnv):
     tool_tags = ("answer",)
     action_hint = "Reply with <answer>D</answer>, where D is one digit."
 
-    def __init__(self, split: str = "train", target: int = 7, expert: str = "oracle", **kwargs) -> None:
+    def __init__(self, split: str = "train", target: int = 7, expert: str = "oracle", **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
         if expert not in EXPERTS:
             raise ValueError(f"expert must be one of {', '.join(EXPERTS)}, got {expert!r}")

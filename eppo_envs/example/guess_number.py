@@ -7,6 +7,7 @@ and the conformance suite (`tests/test_conformance.py`) checks it like every bui
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import eppo_envs
 from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
@@ -17,7 +18,7 @@ class GuessNumberEnv(AgentEnv):
     tool_tags = ("answer",)
     action_hint = "Reply with <answer>N</answer>, where N is a whole number."
 
-    def __init__(self, split: str = "train", low: int = 1, high: int = 100, **kwargs) -> None:
+    def __init__(self, split: str = "train", low: int = 1, high: int = 100, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
         self.low, self.high = low, high
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from eppo_envs.core.base import first_prompt
 from eppo_envs.core.registry import make
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 EPISODE_KEY = "eppo_episode"  # extra key on the first prompt message: which episode this prompt starts
 
@@ -35,7 +38,8 @@ def open_env(env_id: str, url: str | None = None, **env_kwargs: Any) -> gym.Env:
     return make(env_id, **env_kwargs)
 
 
-def episode_dataset(env_id: str, seeds: Sequence[int], split: str = "train", url: str | None = None, **env_kwargs: Any):
+def episode_dataset(env_id: str, seeds: Sequence[int], split: str = "train", url: str | None = None,
+                    **env_kwargs: Any) -> Dataset:
     """A `datasets.Dataset` with one row per episode: `prompt` (the first user message), `env_id`, `split`, `seed`."""
     from datasets import Dataset
 

@@ -8,6 +8,7 @@ Malformed turns are rejected before anything runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from eppo_envs.core import AgentEnv, StepResult, find_tags, parse_tool_call
 from eppo_envs.core.parsing import extract_boxed
@@ -53,7 +54,7 @@ class MathToolEnv(AgentEnv):
         sources: Sequence[str] | None = None,
         max_tool_calls: int = 3,
         sandbox: Sandbox | None = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(split, **kwargs)
         self.levels = tuple(LEVELS if level is None else ([level] if isinstance(level, int) else level))

@@ -107,7 +107,7 @@ def read_user_corpus(path: Path) -> list[Document]:
     return docs
 
 
-def read_user_questions(qa_path, name: str) -> dict[str, list[Question]]:
+def read_user_questions(qa_path: str | Path | dict[str, str | Path], name: str) -> dict[str, list[Question]]:
     """NQ/HotpotQA JSONL as Search-R1 ships it: `question` and `golden_answers` (or `answer`/`answers`).
 
     One file: a `split` field decides, else every tenth question is `test`. A dict gives a file per split.

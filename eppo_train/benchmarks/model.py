@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, note, section
+
+if TYPE_CHECKING:
+    from eppo_train.config import Config
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ def synthetic_batch(shape: BatchShape, vocab: int, seed: int = 0) -> list:
     return out
 
 
-def learner_config(model: str, overrides: tuple[str, ...]):
+def learner_config(model: str, overrides: tuple[str, ...]) -> Config:
     from eppo_train.config import load_config
 
     return load_config("default", (f"model.name={model}", "run.seed=0", *overrides))

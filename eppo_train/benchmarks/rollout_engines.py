@@ -16,9 +16,14 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from eppo_train.benchmarks.common import BenchContext, Figure, Unavailable, failed, figure, note, section
 from eppo_train.ticks import RolloutTick, listen
+
+if TYPE_CHECKING:
+    from eppo_train.config import Config
+    from eppo_train.rollout import Problem, RolloutConfig
 
 
 def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float:
@@ -36,7 +41,9 @@ def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float
     return 2 * n**3 / statistics.median(times)
 
 
-def make_train_workload(model: str, quick: bool, wants_env: Callable[[str], bool] = lambda env_id: True):
+def make_train_workload(
+    model: str, quick: bool, wants_env: Callable[[str], bool] = lambda env_id: True
+) -> tuple[Config, RolloutConfig, list[Problem]]:
     """(rollout config, problems, slots) of the pipeline's first RL iteration; `wants_env` (bench --envs) keeps only
     the tasks whose env id it accepts."""
     from eppo_train.config import load_config

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from eppo_train.envpool import EnvPool
 
 
@@ -101,12 +103,12 @@ class ExpertTokenAgent(Agent):
     needs_tokens = True
     name = "expert"
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
         eos = tokenizer.eos_token_id
         self.eos = eos if isinstance(eos, int) else list(eos)[0]
 
-    def act(self, states: Sequence[TurnState], pool) -> list[Action]:
+    def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         out = []
         for state, text in zip(states, pool.expert_actions([s.slot for s in states]), strict=True):
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max(state.budget - 1, 0)]

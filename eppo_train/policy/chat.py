@@ -11,13 +11,17 @@ the sampler conditioned on.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _MARK_ASSISTANT = "\u2063EPPO_ASSISTANT_MARK\u2063"
 _MARK_USER = "\u2063EPPO_USER_MARK\u2063"
 
 
 class ChatFormat:
-    def __init__(self, tokenizer, system_prompt: str | None = None) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, system_prompt: str | None = None) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the model's tokenizer has no chat template; give a chat/instruct model")
         self.tokenizer = tokenizer

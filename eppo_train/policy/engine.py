@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eppo_train.policy.base import PolicyBackend
+from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.precision import resolve_dtype
 
 BACKENDS = ("vllm", "hf")
@@ -220,10 +221,11 @@ class Borrowed(PolicyBackend):
         self.tokenizer = self.engine.tokenizer
         self.name = getattr(self.engine, "name", type(self.engine).__name__)
 
-    def generate(self, prompts, params, budgets=None):  # noqa: ANN001, ANN201  (PolicyBackend's signature)
+    def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
+                 budgets: Sequence[int] | None = None) -> list[Generation]:
         return self.engine.generate(prompts, params, budgets=budgets)
 
-    def update_weights(self, state_dict) -> None:  # noqa: ANN001
+    def update_weights(self, state_dict: Mapping[str, object]) -> None:
         """A stage's own push (the trainer's, every iteration): the engine no longer holds a named model."""
         self.engine.update_weights(state_dict)
         self.owner.model = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -17,6 +18,9 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopP
 
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_model, load_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class _Sampler(LogitsProcessor):
@@ -96,7 +100,7 @@ class HFPolicy(PolicyBackend):
         self,
         model: str | os.PathLike[str] | torch.nn.Module = "default",
         *,
-        tokenizer=None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         device: str | None = None,
         dtype: str = "float32",
         max_batch: int | None = None,

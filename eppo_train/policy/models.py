@@ -14,8 +14,12 @@ import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eppo_train.policy.precision import resolve_dtype
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
 DEFAULT_ALIASES = ("default", "smollm2", "smollm2-135m", DEFAULT_MODEL_NAME, "HuggingFaceTB/SmolLM2-135M-Instruct")
@@ -157,7 +161,7 @@ def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
     )
 
 
-def load_tokenizer(path_or_name: str | os.PathLike[str]):
+def load_tokenizer(path_or_name: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
     """The tokenizer of a model, with left padding (batched generation) and a pad token."""
     _offline()
     from transformers import AutoTokenizer
@@ -207,7 +211,7 @@ def _no_weight_bars() -> None:
         hf_logging.disable_progress_bar()
 
 
-def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu"):
+def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu") -> PreTrainedModel:
     """A causal LM in eval mode on `device`, weights in `dtype` ("float32", "bfloat16" or "auto": precision.py)."""
     _offline()
     import torch
