@@ -44,7 +44,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from eppo_train.progress import Progress, RLWatcher
     from eppo_train.sft import warm_start
     from eppo_train.ticks import listen
-    from eppo_train.trainer import check_run_dir, train
+    from eppo_train.trainer import check_run_dir, checkpoint_step, train
 
     overrides = list(args.overrides)
     if args.ray_address:
@@ -68,6 +68,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_config(args.config or "default", overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
     check_run_dir(cfg, bool(args.resume))
+    if args.resume:  # said before Ray or an engine starts, and before the saved config is rewritten
+        done, planned = checkpoint_step(cfg.run_dir), cfg.run.iterations
+        if done > planned:
+            return _error(f"{cfg.run_dir} has done {done} iterations, more than run.iterations={planned}; "
+                          f"--set run.iterations=N with N > {done} continues it")
+        if done == planned:
+            print(f"{cfg.run_dir} has done all {done} of its iterations: nothing to train "
+                  f"(--set run.iterations=N with N > {done} continues it)")
+            return 0
     if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
         from eppo_train.envpool import init_ray
 

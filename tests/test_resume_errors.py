@@ -54,3 +54,20 @@ def test_a_damaged_checkpoint_is_one_line_naming_an_earlier_one(tmp_path: Path, 
     assert says in lines[0], lines[0]
     assert lines[0].endswith(f"point {run / 'latest'} at an earlier checkpoint to resume from there "
                              f"({'step_000001' if damage != 'latest' else 'step_000001, step_000002'})"), lines[0]
+
+
+def test_a_resume_with_no_iterations_left_starts_nothing(tmp_path: Path, capsys):
+    # it started Ray, trained nothing, rewrote config.yaml with the smaller count and said "continuing at step 3 of 2"
+    import ray
+
+    run = _run(tmp_path)  # two iterations done
+    saved = (run / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["--resume", str(run), "--set", "run.iterations=1", "--set", "ray.enabled=true"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("has done 2 iterations, more than run.iterations=1; --set run.iterations=N with N > 2 "
+                        "continues it") and "\n" not in err, err
+    assert main(["--resume", str(run), "--set", "run.iterations=2", "--set", "ray.enabled=true"]) == 0
+    out = capsys.readouterr().out
+    assert "has done all 2 of its iterations: nothing to train" in out, out
+    assert not ray.is_initialized() and (run / "config.yaml").read_text() == saved
