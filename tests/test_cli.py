@@ -13,9 +13,13 @@ def test_list_shows_ids_and_counts(capsys):
     assert main([*PLUGIN, "list"]) == 0
     out = capsys.readouterr().out
     assert "example/GuessNumber-v0" in out and "1,000" in out
-    # each task's reward revision: GuessNumber's reward never changed (r1), Math's did on 2026-12-06 (r2)
+    # each task's reward revision: GuessNumber's reward never changed (r1), Math's did (2026-12-06, 2026-12-07)
+    from eppo_envs.math.env import MathToolEnv
+
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
-    assert "│ r1 " in rows["example/GuessNumber-v0"] and "│ r2 " in rows["eppo/MathTool-v0"]
+    math_revision = MathToolEnv.reward_revision()
+    assert math_revision == 1 + len(MathToolEnv.reward_changes) >= 3
+    assert "│ r1 " in rows["example/GuessNumber-v0"] and f"│ r{math_revision} " in rows["eppo/MathTool-v0"]
 
 
 def test_expert_json(capsys):
