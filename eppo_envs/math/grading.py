@@ -189,10 +189,13 @@ def _verify(prediction: str, reference: str, timed: bool = True) -> bool:
     dropping it rebuilds the product around it, evaluated, so "80 \\cdot -30\\%" would read as the number -2400)."""
     parse_kw, verify_kw = ({}, {}) if timed else ({"parsing_timeout": None}, {"timeout_seconds": None})
     try:
-        gold, pred = parse(_as_math(reference), **parse_kw), parse(_as_math(prediction), **parse_kw)
-        if any(isinstance(v, Basic) for v in gold) and all(_written_number(v) for v in gold if isinstance(v, Basic)):
-            if not written_as_one_number(prediction):
-                return False
+        gold = parse(_as_math(reference), **parse_kw)
+        numeric = any(isinstance(v, Basic) for v in gold) and all(_written_number(v) for v in gold
+                                                                  if isinstance(v, Basic))
+        if numeric and not written_as_one_number(prediction):  # before the parse that would evaluate it
+            return False
+        pred = parse(_as_math(prediction), **parse_kw)
+        if numeric:
             pred = [v for v in pred if _is_answer(v)]
         gold, pred = [_percent_as_unit(v) for v in gold], [_percent_as_unit(v) for v in pred]
         return bool(gold and pred and verify(gold, pred, **verify_kw))
