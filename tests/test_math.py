@@ -121,9 +121,10 @@ def test_normalise_drops_spaces_dollars_thin_spaces_a_final_full_stop_and_case()
 
 
 def test_answers_equal_as_normalised_text_win_where_math_verify_alone_says_no():
-    # math-verify rejects each pair on its own (a trailing full stop after a fraction, an upper-case exponent);
-    # the normalised comparison before it accepts them
-    for prediction, reference in [("5/14.", "5/14"), ("-1/2.", "-1/2"), ("1E3", "1e3")]:
+    # math-verify rejects each pair on its own (a trailing full stop after a fraction); the normalised comparison
+    # before it accepts them ("1E3" against "1e3" was one more, until the exponent rewrite made both 1000)
+    assert grading._verify("1E3", "1e3") and is_correct("1E3", "1e3")
+    for prediction, reference in [("5/14.", "5/14"), ("-1/2.", "-1/2")]:
         assert not grading._verify(prediction, reference)
         assert is_correct(prediction, reference), (prediction, reference)
 
@@ -170,7 +171,18 @@ WRITTEN = [("5", "5"), ("-5", "-5"), ("\u22125", "-5"), ("x = 5", "5"), ("\\boxe
            ("50\\%", "50"), ("-50\\%", "-50"), ("x = 50\\%", "50"), ("5 \\mathrm{cm}", "5"), ("5^\\circ", "5"), ("+5", "5"),
            ("e = 13", "13"), ("I = 13", "13"), ("\\text{13}", "13"), ("\\{13\\}", "13"), ("The answer is 5/14.", "5/14"),
            ("1{,}234", "1234"), ("\\frac12", "1/2"), ("\\dfrac{1}{2}", "0.5"), ("\\frac{-1}{2}", "-1/2"), ("1E3", "1000"),
-           ("5^{\\circ}", "5"), ("5 / 14", "5/14"), ("-2452.0", "-2452"), ("\\textbf{5}", "5")]
+           ("5^{\\circ}", "5"), ("5 / 14", "5/14"), ("-2452.0", "-2452"), ("\\textbf{5}", "5"),
+           # latex2sympy misreads these two (as 5 and as e - 5); the grader rewrites them as plain decimals first
+           ("5\\,000", "5000"), ("1\\,234\\,567", "1234567"), ("1e-05", "0.00001"), ("1e-05", "1/100000"),
+           ("2.5e+20", "250000000000000000000"), ("The answer is 1.5e-3.", "0.0015"), ("x = 2e3", "2000")]
+
+
+def test_a_rewritten_number_keeps_its_value():
+    """The thin-space and exponent rewrites change how a number is written, never which number: each reply below
+    still loses to the value latex2sympy would have read, and two numbers stay two."""
+    assert not is_correct("5\\,000", "5") and not is_correct("1e-05", "-4") and not is_correct("2.5e3", "2.5")
+    assert not is_correct("5\\,7", "57") and not is_correct("1\\,23", "123") and not is_correct("1e-05 + 1", "1.00001")
+    assert not is_correct("1e999", "1")  # an exponent past three digits is not rewritten (the text stays short)
 
 
 @pytest.mark.parametrize("reply, reference", COMPUTED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import threading
+from decimal import Decimal
 
 from math_verify import parse, verify
 from sympy import (
@@ -42,6 +43,18 @@ _COMMAND_RE = re.compile(r"\\([a-zA-Z]+|.)")
 _WRAPPING_COMMANDS = frozenset({"boxed", "text", "textbf", "textrm", "mathrm", "mathbf", "displaystyle", "frac", "dfrac",
                                 "tfrac", "circ", "degree", "%", "$", "{", "}", ",", ";", ":", " ", "quad", "qquad"})
 _DEGREES_RE = re.compile(r"\^\s*(?:\\circ|\{\s*\\circ\s*\})")
+# Two ways of writing one number that latex2sympy misreads, rewritten as plain decimals before anything reads them:
+# LaTeX's thin-space thousands separator ("5\,000", which it sums to 5) and a lower-case exponent as python prints a
+# float ("1e-05", read as Euler's e times 1, minus 5). The exponent is bounded so the rewrite stays short.
+_THIN_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:\\,\d{3})+(?![\d,])")
+_EXPONENT_RE = re.compile(r"(?<![\w.\\])(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d{1,3}(?![\w.])")
+
+
+def _plain_numerals(text: str) -> str:
+    """`text` with "5\\,000" written 5000 and "1e-05" written 0.00001 (the same numbers, in the form math-verify
+    reads as written); "5\\,7" and "2e" stay as they are."""
+    text = _THIN_THOUSANDS_RE.sub(lambda m: m.group().replace("\\,", ""), text)
+    return _EXPONENT_RE.sub(lambda m: format(Decimal(m.group()), "f"), text)
 
 
 def _as_math(text: str) -> str:
@@ -188,6 +201,7 @@ def _verify(prediction: str, reference: str, timed: bool = True) -> bool:
     only a reading of the prediction as a written number counts (checked before the percent sign is dropped:
     dropping it rebuilds the product around it, evaluated, so "80 \\cdot -30\\%" would read as the number -2400)."""
     parse_kw, verify_kw = ({}, {}) if timed else ({"parsing_timeout": None}, {"timeout_seconds": None})
+    prediction, reference = _plain_numerals(prediction), _plain_numerals(reference)
     try:
         gold = parse(_as_math(reference), **parse_kw)
         numeric = any(isinstance(v, Basic) for v in gold) and all(_written_number(v) for v in gold
