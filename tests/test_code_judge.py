@@ -267,6 +267,10 @@ def test_wire_rejects_malformed_lines_and_opaque_values_equal_nothing():
             wire.decode(line)
     opaque = wire.decode(wire.encode(object()))
     assert isinstance(opaque, wire.Opaque) and opaque != opaque and not (opaque == 1)
+    # another iterable (a generator, range, a numpy array) travels as its items, still equal to nothing: HumanEval's
+    # `tuple(candidate(l)) == ...` passes it, `candidate(l) == [...]` does not, as in HumanEval's own harness
+    items = wire.decode(wire.encode(x * x for x in range(3)))
+    assert isinstance(items, wire.Opaque) and tuple(items) == (0, 1, 4) and items != [0, 1, 4] and items != items
 
 
 @pytest.mark.parametrize("code", ["x = 1" + "+1" * 30000, "x = " + "-" * 60000 + "1", "x = a" + ".b" * 30000])

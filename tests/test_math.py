@@ -174,7 +174,11 @@ WRITTEN = [("5", "5"), ("-5", "-5"), ("\u22125", "-5"), ("x = 5", "5"), ("\\boxe
            ("5^{\\circ}", "5"), ("5 / 14", "5/14"), ("-2452.0", "-2452"), ("\\textbf{5}", "5"),
            # latex2sympy misreads these two (as 5 and as e - 5); the grader rewrites them as plain decimals first
            ("5\\,000", "5000"), ("1\\,234\\,567", "1234567"), ("1e-05", "0.00001"), ("1e-05", "1/100000"),
-           ("2.5e+20", "250000000000000000000"), ("The answer is 1.5e-3.", "0.0015"), ("x = 2e3", "2000")]
+           ("2.5e+20", "250000000000000000000"), ("The answer is 1.5e-3.", "0.0015"), ("x = 2e3", "2000"),
+           ("1.5 \\times 10^{3}", "1500"), ("2 \\cdot 10^{-3}", "0.002"),
+           # a unit's own power is part of the unit, not a computation with the number
+           ("20 \\text{ cm}^2", "20"), ("20\\,\\text{cm}^2", "20"), ("12 \\mathrm{m}^2", "12"),
+           ("125 \\text{ cm}^{3}", "125")]
 
 
 def test_a_rewritten_number_keeps_its_value():
@@ -183,6 +187,9 @@ def test_a_rewritten_number_keeps_its_value():
     assert not is_correct("5\\,000", "5") and not is_correct("1e-05", "-4") and not is_correct("2.5e3", "2.5")
     assert not is_correct("5\\,7", "57") and not is_correct("1\\,23", "123") and not is_correct("1e-05 + 1", "1.00001")
     assert not is_correct("1e999", "1")  # an exponent past three digits is not rewritten (the text stays short)
+    assert not is_correct("1.5 \\times 10^{3}", "15") and not is_correct("1.5 \\times 10^{3} + 1", "1501")
+    assert not is_correct("20 \\text{ cm}^2", "400") and not is_correct("20 \\text{ cm}^2", "21")
+    assert not is_correct("2 \\text{cm}^3", "8") and not is_correct("2^3", "8")
 
 
 @pytest.mark.parametrize("reply, reference", COMPUTED)

@@ -32,6 +32,8 @@ class CodeEnv(AgentEnv):
     reward_changes = (
         "2026-12-06: a solution's StopIteration is a plain failure (it could end a test's map or filter early and "
         "pass it); the last test not yet shown stays hidden, so a win never rests on copying a revealed value",
+        "2026-12-07: a returned generator, range or numpy array travels as its items, so a test that iterates it "
+        "(HumanEval/33 and /37 compare tuple(candidate(l))) passes as in HumanEval's own harness; it had scored 0",
     )
     action_hint = "Reply with the complete function in a fenced code block: ```python\\n<your code>\\n```."
 

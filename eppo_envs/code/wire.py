@@ -3,7 +3,7 @@
 Only builtin values travel: None, bool, int, float, str, bytes, complex, list, tuple, set, frozenset and dict.
 JSON has no tuples, sets or non-string keys, so every JSON object on the wire is a one-key tag:
 `{"t": [...]}` tuple, `{"s": [...]}` set, `{"f": [...]}` frozenset, `{"d": [[k, v], ...]}` dict, `{"b": hex}` bytes,
-`{"c": [re, im]}` complex, `{"i": hex}` an int too large for a plain JSON number, `{"o": repr}` anything else.
+`{"c": [re, im]}` complex, `{"i": hex}` an int too large for a plain JSON number, `{"g": [repr, [...]]}` another iterable (its items), `{"o": repr}` anything else.
 
 The decoder builds fresh builtin objects, so nothing the sandboxed side sends can carry its own `__eq__`;
 an `{"o": ...}` value becomes an `Opaque` that equals nothing. This file is stdlib-only and self-contained:
@@ -41,6 +41,21 @@ class Opaque:
         return f"<unsendable {self.text}>"
 
 
+class Iterated(Opaque):
+    """A returned iterable of a type that does not travel (a generator, `map`, `range`, a numpy array): it equals
+    nothing, as a generator equals no list, but yields the items the sandboxed side iterated, so tests that convert
+    it (HumanEval/33 and /37: `tuple(candidate(l)) == ...`) see what HumanEval's harness sees."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, text: str, items: list) -> None:
+        super().__init__(text)
+        self.items = tuple(items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+
 def _enc(x: object, depth: int) -> object:
     if depth > MAX_DEPTH:
         raise WireError("value nested too deeply")
@@ -76,6 +91,15 @@ def _enc(x: object, depth: int) -> object:
         text = object.__repr__(x) if type(x).__repr__ is object.__repr__ else repr(x)
     except Exception:
         text = type(x).__name__
+    if getattr(type(x), "__iter__", None) is not None:  # iterated here, on the sandboxed side and its clock
+        try:
+            items = [_enc(v, depth + 1) for v in x]
+        except WireError:
+            raise
+        except Exception:
+            items = None
+        if items is not None:
+            return {"g": [f"{type(x).__name__}: {str(text)[:200]}", items]}
     return {"o": f"{type(x).__name__}: {str(text)[:200]}"}
 
 
@@ -129,6 +153,8 @@ def _tag(obj: dict) -> object:
         return complex(v[0], v[1])
     if key == "i" and type(v) is str:
         return int(v, 16)
+    if key == "g" and type(v) is list and len(v) == 2 and type(v[0]) is str:
+        return Iterated(v[0][:300], _items(v[1]))
     if key == "o" and type(v) is str:
         return Opaque(v[:300])
     raise WireError(f"unknown tag {key!r}")

@@ -41,8 +41,10 @@ class MathToolEnv(AgentEnv):
         "2026-12-07: a numeric answer is one number as written, checked on its text: numbers side by side no longer "
         "add up ('81 80' had won 161, '1\\,234' 235), and chained or nested divisions, brackets, powers, \\binom and "
         "other LaTeX functions no longer evaluate to an answer ('-( -61 / 1 )' had won 61)",
-        "2026-12-07: a number written with LaTeX's thin-space thousands separator or as python prints a small or large "
-        "float wins ('5\\,000' for 5000 and '1e-05' for 0.00001 had lost: latex2sympy read 5 and e - 5)",
+        "2026-12-07: a number written with LaTeX's thin-space thousands separator, as python prints a small or large "
+        "float, in scientific notation or with a squared or cubed unit wins ('5\\,000' for 5000 and '1e-05' for "
+        "0.00001 had lost: latex2sympy read 5 and e - 5; '1.5 \\times 10^{3}' and '20 \\text{ cm}^2' were refused "
+        "as computations)",
     )
     action_hint = (
         "Reply with <python>code</python> to run Python (print what you need), or give the final answer as "

@@ -43,17 +43,23 @@ _COMMAND_RE = re.compile(r"\\([a-zA-Z]+|.)")
 _WRAPPING_COMMANDS = frozenset({"boxed", "text", "textbf", "textrm", "mathrm", "mathbf", "displaystyle", "frac", "dfrac",
                                 "tfrac", "circ", "degree", "%", "$", "{", "}", ",", ";", ":", " ", "quad", "qquad"})
 _DEGREES_RE = re.compile(r"\^\s*(?:\\circ|\{\s*\\circ\s*\})")
-# Two ways of writing one number that latex2sympy misreads, rewritten as plain decimals before anything reads them:
-# LaTeX's thin-space thousands separator ("5\,000", which it sums to 5) and a lower-case exponent as python prints a
-# float ("1e-05", read as Euler's e times 1, minus 5). The exponent is bounded so the rewrite stays short.
+# a unit's own power ("20 \\text{ cm}^2", "12 \\mathrm{m}^{3}"): part of the unit, not a computation with the number
+_UNIT_POWER_RE = re.compile(r"(\\(?:text|textrm|mathrm|mbox)\s*\{\s*[a-zA-Z]+\s*\})\s*\^\s*(?:\{\s*[23]\s*\}|[23])")
+# Ways of writing one number that latex2sympy misreads or that the text check would take for a computation,
+# rewritten as plain decimals before anything reads them: LaTeX's thin-space thousands separator ("5\,000", which
+# it sums to 5), a lower-case exponent as python prints a float ("1e-05", read as Euler's e times 1, minus 5) and
+# scientific notation ("1.5 \times 10^{3}"). The exponent is bounded so the rewrite stays short.
 _THIN_THOUSANDS_RE = re.compile(r"(?<![\d.,])\d{1,3}(?:\\,\d{3})+(?![\d,])")
 _EXPONENT_RE = re.compile(r"(?<![\w.\\])(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d{1,3}(?![\w.])")
+_SCIENTIFIC_RE = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)\s*\\(?:times|cdot)\s*10\s*\^\s*(?:\{\s*([+-]?\d{1,3})\s*\}|(\d))(?![\w.^])")
 
 
 def _plain_numerals(text: str) -> str:
-    """`text` with "5\\,000" written 5000 and "1e-05" written 0.00001 (the same numbers, in the form math-verify
-    reads as written); "5\\,7" and "2e" stay as they are."""
+    """`text` with "5\\,000" written 5000, "1e-05" 0.00001 and "1.5 \\times 10^{3}" 1500 (the same numbers, in the
+    form math-verify reads as written); "5\\,7" and "2e" stay as they are."""
     text = _THIN_THOUSANDS_RE.sub(lambda m: m.group().replace("\\,", ""), text)
+    text = _SCIENTIFIC_RE.sub(lambda m: format(Decimal(f"{m[1]}e{m[2] or m[3]}"), "f"), text)
     return _EXPONENT_RE.sub(lambda m: format(Decimal(m.group()), "f"), text)
 
 
@@ -172,6 +178,7 @@ def written_as_one_number(text: str) -> bool:
     that wrap or space a number. Words around it may stay ("The answer is 5/14")."""
     # "1{,}234" is LaTeX's thousands comma and `\!` a negative space that joins ("1\!000" is 1000)
     text = _DEGREES_RE.sub("", text.replace("{,}", ",").replace("\\!", ""))
+    text = _UNIT_POWER_RE.sub(r"\1", text)
     if any(command not in _WRAPPING_COMMANDS for command in _COMMAND_RE.findall(text)):
         return False
     bare = _COMMAND_RE.sub(" ", text)
