@@ -61,7 +61,7 @@ def test_products_are_cleaned_like_webshop(webshop_files):
     assert [p.asin for p in catalogue.products] == ["B0LOTION01", "B0LOTION02", "B0SHAMPOO1", "B0SHAMPOO2"]
     lotion = catalogue.by_asin["B0LOTION01"]
     assert lotion.price == 12.99 and lotion.options == {"color": ["white", "pink"], "size": ["8 fl oz | pack", "16 fl oz"]}
-    assert lotion.product_category == "Beauty & Personal Care > Skin Care > Lotions"
+    assert lotion.product_category == "Beauty & Personal Care \u203a Skin Care \u203a Lotions"
     assert lotion.reviews[0]["score"] == 5 and lotion.attributes == ["dry skin", "fragrance free"]
     assert 8.0 <= catalogue.by_asin["B0LOTION02"].price <= 20.0 and catalogue.by_asin["B0SHAMPOO2"].price == 100.0
     assert catalogue.by_asin["B0LOTION02"].attributes == ["DUMMY_ATTR"]

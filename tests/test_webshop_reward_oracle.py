@@ -14,18 +14,23 @@ from eppo_envs.webshop.real_data import load_webshop_files
 from eppo_envs.webshop.reward import compute_reward, fuzzy_match, fuzzy_score, normalize_color, nouns
 
 
+def as_webshop_category(category: str) -> str:
+    """WebShop's separator: the generated catalogue's " > " becomes " › "; a path from WebShop's files is as it was."""
+    return category if "\u203a" in category else category.replace(">", "\u203a")
+
+
 def as_webshop_product(p: Product) -> dict:
     """A product the way WebShop's engine holds it (after `load_products`)."""
     return {"asin": p.asin, "name": p.title, "Title": p.title, "query": p.query, "Attributes": list(p.attributes),
             "BulletPoints": list(p.features), "Description": p.description,
-            "product_category": p.product_category.replace(">", "\u203a")}
+            "product_category": as_webshop_category(p.product_category)}
 
 
 def as_webshop_goal(g: Goal) -> dict:
     """A human goal: `goal_options` is the list of wanted values."""
     return {"asin": g.asin, "query": g.query, "name": g.name, "attributes": list(g.attributes),
             "goal_options": list(g.options.values()), "price_upper": g.price_upper,
-            "product_category": g.product_category.replace(">", "\u203a")}
+            "product_category": as_webshop_category(g.product_category)}
 
 
 def cases(catalogue: Catalogue, goals: list[Goal], seed: int = 0):
@@ -146,3 +151,22 @@ def test_a_goal_name_repeating_a_noun_is_scored_as_the_original():
     theirs = oracle.get_reward(as_webshop_product(knife), as_webshop_goal(goal), knife.price, {},
                                lambda text: nouns(text, words))
     assert ours.title_score == pytest.approx(0.2) and ours.r_type == 0.5 and ours.reward == theirs == 0.5
+
+
+def test_a_level_holding_a_greater_than_sign_stays_one_level():
+    """WebShop's files separate levels with "›" and the original splits on it alone: "Cutlery > Blocks" is one
+    level, so these paths share only "Home" and "Knives" and the categories match; split on ">" as well they would
+    share three levels, and with "Cutlery > Sets" for "Cutlery > Blocks" the two readings part (r_type 1.0 or 0.5,
+    the title sharing 1 of the goal's 5 nouns decides nothing)."""
+    words = frozenset({"knife", "block", "set", "stand"})
+    goal = Goal("g", "B1", "", ["sharp"], {}, 50.0, "knife block set", "Knife Block Knife Set Stand",
+                "Home \u203a Cutlery > Blocks \u203a Knives")
+    for category, match in [("Home \u203a Cutlery > Sets \u203a Knives", True),
+                            ("Home \u203a Cutlery > Sets \u203a Forks", False),
+                            ("Garden \u203a Cutlery > Blocks \u203a Forks", False)]:
+        knife = Product("B2", "Acme Sharp Chef Knife", 20.0, "chef knife", category, ["sharp"], {}, "", [])
+        ours = compute_reward(knife, goal, {}, words)
+        theirs = oracle.get_reward(as_webshop_product(knife), as_webshop_goal(goal), knife.price, {},
+                                   lambda text: nouns(text, words))
+        assert ours.category_match is match and ours.r_type == (1.0 if match else 0.5), category
+        assert ours.reward == pytest.approx(theirs), category

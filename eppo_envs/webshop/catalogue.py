@@ -26,7 +26,7 @@ class Product:
     title: str
     price: float
     query: str  # the product type's search query (WebShop's `query` field, part of the type reward)
-    product_category: str  # "A > B > C"
+    product_category: str  # "A > B > C" (generated) or "A › B › C" (WebShop's files)
     attributes: list[str]
     options: dict[str, list[str]]  # dimension -> selectable values, in display order
     description: str

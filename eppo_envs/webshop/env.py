@@ -77,6 +77,9 @@ class WebShopEnv(AgentEnv):
         "2026-12-06: attribute and option matches are thefuzz's difflib score as the original runs it (rapidfuzz had "
         "scored some pairs above 85 that the original scores below); the clicked option's own value is scored, not "
         "its printable label; the type score divides by the goal's noun list with its repeats",
+        "2026-12-07: a category from WebShop's files splits on its '\u203a' alone, as the original (a '>' inside one "
+        "level had split it in two and could match a category the original does not; the generated catalogue is "
+        "unchanged)",
     )
     action_hint = "Reply with <action>search[your query]</action> or <action>click[button text]</action>."
 

@@ -59,7 +59,7 @@ def _product(raw: dict, attributes: dict) -> Product:
     return Product(
         asin=asin, title=str(raw.get("name") or ""), price=_price(raw.get("pricing"), random.Random(asin)),
         query=str(raw.get("query") or "").lower().strip(),
-        product_category=str(raw.get("product_category") or "").replace("\u203a", ">"),
+        product_category=str(raw.get("product_category") or ""),  # "A › B › C", split by reward.category_levels
         attributes=list(attributes.get(asin, {}).get("attributes") or ["DUMMY_ATTR"]), options=options,
         description=str(raw.get("full_description") or ""),
         features=list(bullets) if isinstance(bullets, list) else [str(bullets)], reviews=reviews,

@@ -110,10 +110,15 @@ def nouns(text: str, type_words: frozenset[str]) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w in type_words]
 
 
+def category_levels(category: str) -> set[str]:
+    """The levels of a category path: WebShop's files separate them with "›", which the original splits on alone
+    (a ">" inside a level stays part of it); the generated catalogue writes " > "."""
+    return {x.strip() for x in category.split("\u203a" if "\u203a" in category else ">")}
+
+
 def type_reward(product: Product, goal: Goal, type_words: frozenset[str]) -> tuple[float, float, bool, bool]:
     query_match = product.query == goal.query
-    bought = {x.strip() for x in product.product_category.split(">")}
-    wanted = {x.strip() for x in goal.product_category.split(">")}
+    bought, wanted = category_levels(product.product_category), category_levels(goal.product_category)
     category_match = len(bought & wanted) >= 2
     desired = nouns(goal.name, type_words)
     # set overlap over the list's length, as the original: "Knife Block Knife Set" wants 3 nouns, not 2

@@ -17,7 +17,7 @@ from eppo_envs.core.assets import load_json
 class ProductType:
     name: str  # the search query a shopper would type, and the product's `query` field
     nouns: tuple[str, ...]
-    category: str  # path joined with " > " (WebShop's `product_category`, normalised to ASCII)
+    category: str  # path joined with " > " (WebShop's `product_category` joins with " › ")
     attributes: tuple[str, ...]
     options: tuple[tuple[str, tuple[str, ...]], ...]  # (dimension, values)
     price: tuple[float, float]
