@@ -130,7 +130,7 @@ class AlgoConfig:
 class PacingConfig:
     variant: str = "both"  # PACING_VARIANTS: both | high | low | target
     beta: float = 0.9  # EMA weight of the past
-    warmup: int = 2  # steps at the base bounds
+    warmup: int = 2  # batches of a task at the base bounds (counted per task)
     lam: float = 0.5  # lambda: the largest relative change of a bound
     alpha: float = 2.0  # steepness of the sigmoid on the log-ratio z_k
     eps_min: float = 0.05  # every paced bound is clamped to [eps_min, eps_max]

@@ -5,7 +5,10 @@ As implemented (docs/design.md, "Entropy pacing"), step by step:
      training model (the sampling policy's weights, before this step's updates).
   2. H^_k <- beta * H^_k + (1 - beta) * H_k (the first observation initialises H^_k, so no bias towards 0).
   3. z_k = log(H^_k / mean_j H^_j); c_k = 1 + lam * (2 * sigmoid(alpha * z_k) - 1), so c_k is in (1-lam, 1+lam).
-  4. eps_low,k = clamp(c_k * eps_low), eps_high,k = clamp(c_k * eps_high); the base bounds for `warmup` steps.
+  4. eps_low,k = clamp(c_k * eps_low), eps_high,k = clamp(c_k * eps_high); the base bounds for a task's first
+     `warmup` batches. The warm-up counts each task's own batches, not the learner's steps: a task absent from the
+     first steps (all its groups without reward variance, so filtered) would otherwise be paced from one batch.
+     Until a task is warm its EMA does not enter the others' reference mean either.
 A task whose entropy fell below the others (over-confident) gets a tighter range and learns more cautiously; one
 still exploring gets a looser one. Variants scale both bounds, only the high one, only the low one, or pace towards
 a per-task target entropy (z_k = log(H^_k / target_k)). Crossovers (sign changes of H^_i - H^_j) and spikes
@@ -36,6 +39,7 @@ class EntropyPacer:
         self.eps_low, self.eps_high = eps_low, eps_high
         self.step = 0  # updates done
         self.ema: dict[str, float] = {}
+        self.seen: dict[str, int] = {}  # task -> batches that carried it
         self.signs: dict[str, int] = {}  # "a|b" -> sign of H^_a - H^_b at the last step it was nonzero
         self.crossovers = 0
         self.spikes = 0
@@ -44,6 +48,10 @@ class EntropyPacer:
     def _target(self, task: str) -> float:
         return self.cfg.target_entropy.get(task, self.cfg.default_target)
 
+    def warm(self, task: str) -> bool:
+        """Whether `task` has been seen in more than `warmup` batches (its EMA is past its first values)."""
+        return self.seen.get(task, 0) > self.cfg.warmup
+
     def scale(self, task: str) -> float:
         """c_k from the current EMA (1.0 for a task not seen yet)."""
         if task not in self.ema:
@@ -51,7 +59,8 @@ class EntropyPacer:
         if self.cfg.variant == "target":
             ref = self._target(task)
         else:
-            ref = sum(self.ema.values()) / len(self.ema)
+            warm = [h for t, h in self.ema.items() if self.warm(t)] or [self.ema[task]]
+            ref = sum(warm) / len(warm)
         h = max(self.ema[task], 1e-8)
         z = math.log(h / max(ref, 1e-8))
         # 2 sigmoid(x) - 1 written as tanh(x / 2): the same value, but exp(-x) overflows a float (OverflowError)
@@ -59,8 +68,8 @@ class EntropyPacer:
         return 1.0 + self.cfg.lam * math.tanh(self.cfg.alpha * z / 2.0)
 
     def bounds(self, task: str) -> tuple[float, float]:
-        """(eps_low, eps_high) for `task` now: the base during warm-up, then paced and clamped."""
-        if self.step <= self.cfg.warmup or task not in self.ema:
+        """(eps_low, eps_high) for `task` now: the base during its warm-up, then paced and clamped."""
+        if not self.warm(task):
             return self.eps_low, self.eps_high
         c = self.scale(task)
         lo_c = 1.0 if self.cfg.variant == "high" else c
@@ -79,16 +88,16 @@ class EntropyPacer:
         b = self.cfg.beta
         for task, h in entropies.items():
             self.ema[task] = h if task not in self.ema else b * self.ema[task] + (1.0 - b) * h
+            self.seen[task] = self.seen.get(task, 0) + 1
         self.step += 1
         crossed = self._count_crossovers()
         self.spikes += len(spikes)
         self.crossovers += len(crossed)
         tasks = sorted(self.ema)
-        warm = self.step <= self.cfg.warmup
         return PaceStep(
             bounds={t: self.bounds(t) for t in tasks},
             ema=dict(self.ema),
-            scale={t: 1.0 if warm else self.scale(t) for t in tasks},
+            scale={t: self.scale(t) if self.warm(t) else 1.0 for t in tasks},
             crossovers=crossed,
             spikes=spikes,
         )
@@ -111,6 +120,7 @@ class EntropyPacer:
         return {
             "step": self.step,
             "ema": dict(self.ema),
+            "seen": dict(self.seen),
             "signs": dict(self.signs),
             "crossovers": self.crossovers,
             "spikes": self.spikes,
@@ -119,6 +129,8 @@ class EntropyPacer:
     def load_state_dict(self, state: dict) -> None:
         self.step = int(state["step"])
         self.ema = {k: float(v) for k, v in state["ema"].items()}
+        # a checkpoint from before the per-task warm-up: every task it knows counts as seen at every step
+        self.seen = {k: int(v) for k, v in state.get("seen", dict.fromkeys(self.ema, self.step)).items()}
         self.signs = {k: int(v) for k, v in state["signs"].items()}
         self.crossovers = int(state["crossovers"])
         self.spikes = int(state["spikes"])

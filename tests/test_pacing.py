@@ -126,3 +126,28 @@ def test_a_task_near_zero_entropy_is_paced_from_its_own_value():
     c = 1 + 0.5 * math.tanh(0.1 * math.log(1e-3 / 0.5005))
     step = pacer(alpha=0.2, eps_min=0.0).update({"a": 1e-3, "b": 1.0})
     assert step.scale["a"] == pytest.approx(c) and step.bounds["a"] == pytest.approx((0.2 * c, 0.28 * c))
+
+
+def test_a_task_first_seen_late_warms_up_on_its_own_batches():
+    """A task absent from the first steps (all its groups filtered) keeps the base bounds for its own first
+    `warmup` batches, and its EMA joins the others' reference mean only then."""
+    p = pacer(warmup=1)
+    for _ in range(3):
+        p.update({"a": 0.2, "b": 1.0})
+    step = p.update({"a": 0.2, "b": 1.0, "c": 5.0})  # c's first batch: base bounds, not yet in the mean
+    assert step.bounds["c"] == (0.2, 0.28) and step.scale["c"] == 1.0
+    assert step.scale["a"] == pytest.approx(0.6)  # the first test's c_a: the mean is still a's and b's, 0.6
+    step = p.update({"a": 0.2, "b": 1.0, "c": 5.0})  # c's second: warm, and its 5.0 now raises the mean
+    mean = (0.2 + 1.0 + 5.0) / 3
+    c_a = 1 + 0.5 * (2 / (1 + (mean / 0.2) ** 2) - 1)  # 2 sigmoid(2 log(h / mean)) - 1 = 2 / (1 + (mean/h)^2) - 1
+    assert step.scale["a"] == pytest.approx(c_a) and step.bounds["c"][1] > 0.28
+
+
+def test_a_checkpoint_from_before_the_per_task_warm_up_still_loads():
+    p = pacer(warmup=1)
+    p.update({"a": 0.2, "b": 1.0})
+    state = p.state_dict()
+    del state["seen"]
+    q = pacer(warmup=1)
+    q.load_state_dict(state)
+    assert q.update({"a": 0.2, "b": 1.0}) == p.update({"a": 0.2, "b": 1.0})
