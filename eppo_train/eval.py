@@ -250,7 +250,9 @@ def write_outputs(args: argparse.Namespace, report: EvalReport) -> None:
         args.json.write_text(json.dumps(report.to_dict(), indent=2))
     if args.transcripts:
         args.transcripts.parent.mkdir(parents=True, exist_ok=True)
-        with args.transcripts.open("w") as f:
+        # a reply may hold a lone surrogate (a JSON "\ud800" escape), which UTF-8 cannot encode: written as its
+        # escape, it reads back as the same string
+        with args.transcripts.open("w", encoding="utf-8", errors="backslashreplace") as f:
             for episode in report.episodes:
                 f.write(json.dumps({"policy": args.policy, **episode.to_dict()}, ensure_ascii=False) + "\n")
 

@@ -1,3 +1,4 @@
+import json
 import random
 import re
 import time
@@ -136,3 +137,25 @@ def test_every_tasks_reward_changes_are_dated_lines_oldest_first():
         assert all(re.match(r"\d{4}-\d{2}-\d{2}: \S", line) for line in changes), env_id
         assert [line[:10] for line in changes] == sorted(line[:10] for line in changes), env_id
         assert reward_revision(env_id) == 1 + len(changes)
+
+
+def test_clip_replaces_lone_surrogates_and_keeps_pairs():
+    # a JSON "\ud800" escape decodes to a lone surrogate, which UTF-8 cannot encode: a transcript holding it failed
+    # to write, and Code's sandbox answered with the host's encoding error
+    assert parsing.clip("a\ud800b") == "a\ufffdb"
+    assert parsing.clip("\udfff") == "\ufffd"
+    assert parsing.clip("\ud83d\ude00") == "\U0001f600"  # a pair written as two escapes is the character it encodes
+    assert parsing.clip("caf\u00e9 \U0001f600") == "caf\u00e9 \U0001f600"
+
+
+def test_info_stays_utf8_with_a_lone_surrogate():
+    import eppo_envs.searchqa  # noqa: F401  (registers eppo/SearchQA-v0)
+
+    env = eppo_envs.make("eppo/SearchQA-v0")
+    env.reset(seed=0, options={"split": "test"})
+    _, _, _, _, info = env.step("<search>river\ud800</search>")
+    json.dumps(info, ensure_ascii=False).encode("utf-8")
+    _, reward, _, _, info = env.step("<answer>x\ud800</answer>")
+    json.dumps(info, ensure_ascii=False).encode("utf-8")
+    assert reward == 0.0
+    env.close()

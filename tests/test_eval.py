@@ -279,3 +279,18 @@ def test_an_endpoint_gets_one_seed_per_conversation(monkeypatch):
         server.shutdown()
     assert len(first) == 4 and len(second) == 4
     assert "seed" not in _Endpoint.requests[-1]
+
+
+def test_a_transcript_holding_a_lone_surrogate_is_written_and_reads_back(tmp_path):
+    # the raw reply is kept in the transcript, and a lone surrogate (a JSON "\ud800" escape) cannot be UTF-8
+    import argparse
+
+    from eppo_envs.core import Episode, Turn
+    from eppo_train.eval import write_outputs
+    from eppo_train.evaluation import EvalReport
+
+    episode = Episode("eppo/X-v0", "x", "test", 0, "x/0", "", "", [Turn("a\ud800b", "ok", 0.0, False)])
+    report = EvalReport("p", "test", 1, 0.0, {}, 0, {}, episodes=[episode])
+    args = argparse.Namespace(json=None, transcripts=tmp_path / "t.jsonl", policy="p")
+    write_outputs(args, report)
+    assert json.loads(args.transcripts.read_text(encoding="utf-8"))["turns"][0]["action"] == "a\ud800b"

@@ -19,6 +19,7 @@ MAX_PARSE_CHARS = 65_536
 _THINK_MARK_RE = re.compile(r"<(/?)(think)>", re.IGNORECASE)
 _FENCE_RE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _BOXED_RE = re.compile(r"\\boxed\s*\{")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,18 @@ class ToolCall:
 def clip(text: object) -> str:
     """Coerce whatever the caller passed into a bounded `str` (bytes are decoded, never raise). A NUL character
     becomes U+FFFD, as an undecodable byte does: dropped, it joined its neighbours, so "Par\\x00is" won for "Paris"
-    and "1\\x002" for 12, which the original rewards (Search-R1's exact match, math-verify, HumanEval's exec) do not."""
+    and "1\\x002" for 12, which the original rewards (Search-R1's exact match, math-verify, HumanEval's exec) do not.
+    A lone surrogate ("\\ud800", what a JSON escape can decode to) becomes U+FFFD too: it cannot be encoded as UTF-8,
+    so it broke every transcript that held it (info's `answer`, `query`) and reached Code's sandbox as a host error;
+    a pair written as two escapes becomes the one character it encodes."""
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
         text = "" if text is None else str(text)
-    return text[:MAX_PARSE_CHARS].replace("\x00", "\ufffd")
+    text = text[:MAX_PARSE_CHARS].replace("\x00", "\ufffd")
+    if _SURROGATE_RE.search(text):
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def _spans(marks: list[re.Match[str]]) -> list[tuple[re.Match[str], re.Match[str] | None]]:
