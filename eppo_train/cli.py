@@ -39,6 +39,13 @@ def add_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", help="join a Ray cluster (e.g. auto or host:6379) instead of a local Ray")
 
 
+def _one_sample_groups(group_size: int) -> str:
+    """Why training refuses `rollout.group_size` < 2 (`eppo-train signal` may play groups of one; validate() cannot
+    refuse them for every command)."""
+    return (f"rollout.group_size: training needs >= 2 samples per problem (advantages are centred within a group; "
+            f"with {group_size} every one is 0 and nothing is learned)")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from eppo_train.config import load_config, load_run_config
     from eppo_train.progress import Progress, RLWatcher
@@ -77,6 +84,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"{cfg.run_dir} has done all {done} of its iterations: nothing to train "
                   f"(--set run.iterations=N with N > {done} continues it)")
             return 0
+    if cfg.rollout.group_size < 2:
+        return _error(_one_sample_groups(cfg.rollout.group_size))
+    if not args.resume:
+        from eppo_train.policy.models import check_model
+
+        # a wrong model.name now, before Ray starts (with sft.steps=0 it was told after Ray's start, and Ray's log
+        # of the cancelled actors followed the line)
+        check_model(cfg.model.name)
     if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
         from eppo_train.envpool import init_ray
 
@@ -213,6 +228,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     else:
         cfg = _load(args)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
+    if cfg.rollout.group_size < 2:  # found by the RL stage only after the evaluation and SFT stages
+        return _error(_one_sample_groups(cfg.rollout.group_size))
 
     def hint() -> str:
         if (run_dir / "config.yaml").is_file():

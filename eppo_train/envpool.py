@@ -306,6 +306,9 @@ class _SlotState:
     actions: list[str] = field(default_factory=list)
 
 
+NODE_CHECK_S = 2.0  # while a replacement env worker waits for a node: how often to look whether any is alive
+
+
 class RayEnvPool(EnvPool):
     """Env instances spread over `num_workers` Ray actors; each hosts a slice of the batch, of any tasks."""
 
@@ -385,14 +388,34 @@ class RayEnvPool(EnvPool):
         print(f"warning: {why}; a new one replays its {len(items)} episodes and the rollout goes on",
               file=sys.stderr, flush=True)
         t0 = time.monotonic()
+        deadline = t0 + self.respawn_timeout_s
+        ref = self.workers[w].replay.remote(items)
         try:  # the replacement waits for a node with the workers' resources; none left would mean waiting forever
-            self._ray.get(self.workers[w].replay.remote(items), timeout=self.respawn_timeout_s)
+            while True:
+                try:
+                    self._ray.get(ref, timeout=max(0.0, min(NODE_CHECK_S, deadline - time.monotonic())))
+                    break
+                except self._ray.exceptions.GetTimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    # a local Ray whose raylet died has no node left: nothing will ever host the replacement
+                    # (eppo-eval waited the whole respawn_timeout_s, then blamed the resources)
+                    if not self._node_alive():
+                        raise WorkerLost(f"env worker {w} died with its Ray node (the raylet ended) and no node "
+                                         "is left to host a replacement") from None
         except self._ray.exceptions.GetTimeoutError:  # WorkerLost: eppo-train's one line and resume hint, not a traceback
             raise WorkerLost(f"env worker {w} died and no node could host a replacement within "
                              f"{time.monotonic() - t0:.0f}s (it needs {self.cpus_per_worker:g} CPU and "
                              f"{self.resources or 'no custom resources'})") from None
         except self._ray.exceptions.RayActorError as exc:  # the replacement died too, or its node (the raylet) did
             raise lost(self._ray, exc, f"replacement of env worker {w}") from None
+
+    def _node_alive(self) -> bool:
+        """Whether the cluster still has a live node (an unanswerable question counts as yes: keep waiting)."""
+        try:
+            return any(node.get("Alive") for node in self._ray.nodes())
+        except Exception:  # noqa: BLE001
+            return True
 
     def _scatter(self, method: str, items: Sequence[Any], workers: Sequence[int]) -> list[Any]:
         """Send item i to worker `workers[i]` (one call per worker, all in flight together); results in item order."""

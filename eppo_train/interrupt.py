@@ -37,6 +37,9 @@ from eppo_train import reaper
 
 EXIT_INTERRUPTED = 130
 EXIT_LOST = 1  # a component died under the command (WorkerLost, lose())
+# What stops a guarded command with its one line: Ctrl-C, SIGTERM, and SIGHUP (its terminal or ssh session closed;
+# the default action ended the command at once, exit 129, no line and no clean-up but the watchdog's).
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
 class WorkerLost(RuntimeError):
@@ -128,8 +131,8 @@ def ray_init_signals() -> Iterator[None]:
         raise
     finally:
         if _guarding.is_set() and not _unwinding.is_set() and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _raise_interrupt)
-            signal.signal(signal.SIGINT, _raise_interrupt)
+            for sig in _SIGNALS:
+                signal.signal(sig, _raise_interrupt)
 
 
 def children_of(pid: int | None = None) -> list:
@@ -222,6 +225,14 @@ def _relay(read_end: int, out: int) -> None:
         os.close(out)
 
 
+def _say(line: str) -> None:
+    """The one line on stderr; nothing where stderr is gone (a SIGHUP's closed terminal: EIO)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 @contextmanager
 def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130 (after lose():
@@ -231,30 +242,32 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     reaper.start()  # first: whatever the body starts is watched, even if this process is SIGKILLed
     _unwinding.clear()
     _interrupted.clear()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    previous_int = signal.signal(signal.SIGINT, _raise_interrupt)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in _SIGNALS}
     _guarding.set()
     try:
         yield
     except KeyboardInterrupt:
         # Ignore further signals while cleaning up: a second Ctrl-C must not leave half-closed workers behind.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in _SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         _unwinding.set()
         _quiet_cleanup()
         reap_children(LOST_GRACE_S if _lost else 5.0)
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):  # a closed terminal
+            pass
         hint = resume_hint()  # first: it may look at the run dir and refine `where`
         if _lost:  # lose(): not the user's interrupt but a component's death
-            print(f"{prog}: error: {_lost[0]}; {hint}", file=sys.stderr, flush=True)
+            _say(f"{prog}: error: {_lost[0]}; {hint}")
         else:
-            print(f"{prog}: interrupted at {where()}; {hint}", file=sys.stderr, flush=True)
+            _say(f"{prog}: interrupted at {where()}; {hint}")
         # Exit now: interpreter shutdown would run atexit hooks (Ray's, tqdm's) that can print or hang.
         os._exit(EXIT_LOST if _lost else EXIT_INTERRUPTED)
     finally:
         _unwinding.set()
         _guarding.clear()
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if _interrupted.is_set():  # an interrupt the body caught and got over: its logging is back
             logging.disable(logging.NOTSET)

@@ -411,3 +411,13 @@ def test_ctrl_c_during_a_browser_eval_leaves_no_profile_folder(tmp_path: Path, m
     assert rc == 130 and line.startswith("eppo-eval: interrupted at episode"), line
     assert not survivors and "Traceback" not in cmd.err
     assert profiles() == []
+
+
+def test_sighup_is_the_interrupt(tmp_path: Path):
+    """A closed terminal (or ssh session) sends SIGHUP: its default action ended the command at once (exit 129), with
+    no line, no clean-up but the watchdog's and no resume hint; it is an interrupt like SIGTERM."""
+    proc = _guarded(tmp_path, "    time.sleep(30)\n    print('not interrupted', flush=True)\n")
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "not interrupted" not in out, (proc.returncode, err)
+    assert err.strip().splitlines() == ["prog: interrupted at start-up; resume with: nothing"], err

@@ -202,3 +202,26 @@ def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypa
         assert "\n" not in str(err.value)
     finally:
         pool.close()
+
+
+def test_an_env_worker_lost_with_the_last_node_is_one_line_at_once(ray_session, monkeypatch):
+    """A local Ray's raylet killed: the replacement can never be placed. eppo-eval (no generator actor to fail
+    first) waited the whole respawn_timeout_s (300 s), then blamed the worker's resources."""
+    from eppo_train.interrupt import WorkerLost
+
+    pool = RayEnvPool(1, respawn_timeout_s=60.0)
+    try:
+        pool.reset([EnvJob(0, ENV, "test", 5)])
+        victim = pool.workers[0]
+        ray.kill(victim)
+        _wait_until_dead(victim)
+        # the node is gone: its replacement is never placed, and the cluster has no live node
+        monkeypatch.setattr(pool, "_spawn", lambda: pool._actor_cls.options(
+            num_cpus=0, resources={"eppo-test-nowhere": 1}).remote(pool.env_kwargs))
+        monkeypatch.setattr(pool, "_node_alive", lambda: False, raising=False)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerLost, match=r"^env worker 0 died with its Ray node .* no node is left"):
+            pool.step([0], ["<answer>50</answer>"])
+        assert time.monotonic() - t0 < 15
+    finally:
+        pool.close()

@@ -63,3 +63,28 @@ def test_an_example_task_without_its_import_names_the_module(tmp_path: Path):
     assert line.startswith("eppo-train: error: env.tasks.0.id: unknown task 'example/GuessNumber-v0'"), line
     assert line.endswith("it is registered by eppo_envs.example.guess_number: add env.imports: "
                          "[eppo_envs.example.guess_number])"), line
+
+
+def test_a_missing_model_is_one_line_before_ray_starts(tmp_path: Path, capsys, monkeypatch):
+    # with sft.steps=0 the model was first checked in the trainer, after ray.init and the env workers: Ray's
+    # "Started a local Ray instance" before the line and its "Failed to register actor" log after it
+    import eppo_train.envpool as envpool
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray started before the model was checked")
+
+    monkeypatch.setattr(envpool, "init_ray", no_ray)
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=0",
+                 "--set", "model.name=/nonexistent/model"]) == 2
+    assert _one_line(capsys).startswith("eppo-train: error: model '/nonexistent/model' not found")
+
+
+def test_a_group_of_one_is_refused_for_training(tmp_path: Path, capsys):
+    # it trained with every advantage 0 (loss 0, grad_norm 0 each iteration) after minutes of SFT, without a word
+    light = ["sft.steps=0", "ray.enabled=false", "run.iterations=1", "rollout.group_size=1"]
+    assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", *(a for o in light for a in ("--set", o))]) == 2
+    assert _one_line(capsys).startswith("eppo-train: error: rollout.group_size: training needs >= 2")
+    # and the pipeline says so before its evaluation and SFT stages, not at its RL stage
+    assert main(["pipeline", "--run-dir", str(tmp_path / "p"), "--set", "rollout.group_size=1"]) == 2
+    assert _one_line(capsys).startswith("eppo-train: error: rollout.group_size: training needs >= 2")
+    assert not (tmp_path / "p").exists()

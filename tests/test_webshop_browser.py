@@ -272,3 +272,52 @@ def test_sigterm_to_the_reaper_sweeps_the_browser_and_its_profile():
         assert not _chromium_pids(profile) and not os.path.exists(profile)
     finally:
         env.close()
+
+
+def test_the_profile_folder_carries_the_commands_watchdog_marker(monkeypatch):
+    """eppo-eval killed with -9 mid-episode left a profile folder per browser in /tmp: its watchdog SIGTERMs Chromium
+    and the browser's own reaper together, and a Chromium still shutting down wrote its profile again after that
+    reaper had removed it. Named with the command's marker, the watchdog removes it once everything has ended."""
+    from eppo_envs.webshop.browser import HeadlessChromium
+    from eppo_train.reaper import remove_owned_temp
+
+    monkeypatch.setenv("EPPO_OWNER_TAG", "0123456789abcdef fedcba9876543210")
+    browser = HeadlessChromium()
+    try:
+        assert os.path.basename(browser.profile_dir).startswith("eppo-webshop-chromium-fedcba9876543210-")
+    finally:
+        browser.close()
+    os.makedirs(browser.profile_dir)  # what a dying Chromium writes after the browser's reaper removed it
+    assert remove_owned_temp("fedcba9876543210") == [os.path.basename(browser.profile_dir)]
+
+
+def test_a_frozen_chromium_is_replaced_within_a_bounded_time(monkeypatch):
+    """A Chromium that stops answering (SIGSTOP: alive, silent) is restarted after the command timeout, and the
+    frozen processes are killed rather than quit: quit() of a frozen browser was retried by urllib3 at the command
+    timeout each time, and held one step for 313 s (with the 60 s timeout)."""
+    import signal
+    import time
+
+    import psutil
+
+    import eppo_envs.webshop.browser as browser_module
+
+    monkeypatch.setattr(browser_module, "COMMAND_TIMEOUT_S", 10)
+    monkeypatch.setattr(browser_module, "QUIT_TIMEOUT_S", 1)
+    env = eppo_envs.make("eppo/WebShop-Browser-v0")
+    try:
+        env.reset(seed=0, options={"split": "test"})
+        driver = env.unwrapped.frontend.browser.driver
+        frozen = [p for p in psutil.Process(driver.service.process.pid).children() if p.name() == "chromium"]
+        assert frozen
+        for proc in frozen:
+            proc.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        obs, reward, *_ = env.step("search[shoes]")
+        took = time.monotonic() - start
+        assert "shoes" in obs.lower() and reward == 0.0
+        assert took < 35, took  # the 10 s timeout, then the restart (quit alone had taken ~4 x the timeout)
+        time.sleep(0.5)
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in frozen)
+    finally:
+        env.close()

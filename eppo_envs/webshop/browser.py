@@ -32,7 +32,19 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
 )
 COMMAND_TIMEOUT_S = 60  # no WebDriver call may hang longer than this
+# quit() of a browser that stopped answering: urllib3 retried it ~4 times at the command timeout (a frozen Chromium
+# held one step, and the rollout batch with it, for 313 s); past this, its processes are killed instead
+QUIT_TIMEOUT_S = 5
 PAGE_TIMEOUT_S = 20
+
+
+def _owned_prefix(prefix: str) -> str:
+    """`prefix` with the marker of the innermost watched command (eppo_train/reaper.py's `owned_prefix`, whose
+    watchdog removes such folders once everything of the command has ended). Why: killed with -9 mid-episode,
+    eppo-eval left a profile folder per browser in /tmp: its watchdog SIGTERMs Chromium and this browser's reaper
+    together, and a Chromium still shutting down writes its profile again after the reaper has removed it."""
+    tags = os.environ.get("EPPO_OWNER_TAG", "").split()
+    return f"{prefix}{tags[-1]}-" if tags else prefix
 
 
 class BrowserError(RuntimeError):
@@ -45,17 +57,30 @@ def _stop_all(driver_box: list, profile_dir: str, reaper: Reaper) -> None:
 
 
 def _stop(driver_box: list, profile_dir: str) -> None:
-    """Quit the driver (Chromium with it), kill chromedriver if it lingers, remove the profile. Idempotent."""
+    """Quit the driver (Chromium with it), kill chromedriver and any Chromium process that lingers (a frozen one
+    does not quit), remove the profile. Idempotent."""
+    import psutil
+
     driver = driver_box.pop() if driver_box else None
     if driver is not None:
         process = getattr(getattr(driver, "service", None), "process", None)
         try:
+            family = psutil.Process(process.pid).children(recursive=True) if process is not None else []
+        except psutil.Error:
+            family = []
+        try:
+            driver.command_executor._client_config.timeout = QUIT_TIMEOUT_S
             driver.quit()
-        except Exception:  # already dead: nothing to quit
+        except Exception:  # already dead or not answering: its processes are killed below
             pass
         if process is not None and process.poll() is None:
             process.kill()
             process.wait(timeout=5)
+        for child in family:
+            try:
+                child.kill()
+            except psutil.Error:  # gone with the driver, as it should be
+                pass
     shutil.rmtree(profile_dir, ignore_errors=True)
 
 
@@ -66,7 +91,7 @@ class HeadlessChromium:
         if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
             raise BrowserError(f"WebShop-Browser needs Debian's chromium and chromium-driver ({CHROMIUM}, "
                                f"{CHROMEDRIVER}); install them with scripts/install.sh or use eppo/WebShop-v0")
-        self.profile_dir = tempfile.mkdtemp(prefix="eppo-webshop-chromium-")
+        self.profile_dir = tempfile.mkdtemp(prefix=_owned_prefix("eppo-webshop-chromium-"))
         self._box: list = []
         self._reaper = Reaper(self.profile_dir)  # kills chromedriver and Chromium if this process dies without closing them
         # Runs on close(), on garbage collection and at interpreter exit, whichever comes first.
