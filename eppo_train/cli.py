@@ -86,16 +86,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             return 0
     if cfg.rollout.group_size < 2:
         return _error(_one_sample_groups(cfg.rollout.group_size))
-    if not args.resume:
-        from eppo_train.policy.models import check_model
-
-        # a wrong model.name now, before Ray starts (with sft.steps=0 it was told after Ray's start, and Ray's log
-        # of the cancelled actors followed the line)
-        check_model(cfg.model.name)
     if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
         from eppo_train.envpool import init_ray
 
         init_ray(cfg.ray.address)
+    if not args.resume:
+        from eppo_train.policy.models import check_model
+
+        # a wrong model.name now, before a local Ray starts (with sft.steps=0 it was told after Ray's start, and
+        # Ray's log of the cancelled actors followed the line); after the address check, which builds nothing
+        check_model(cfg.model.name)
     # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
     progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])
     try:
