@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from eppo_envs.tools.owner import owned_prefix
 from eppo_train.config import Config, from_dict, to_dict
 from eppo_train.learner import Learner, StepReport
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.engine import EngineSpec, make_engine
-from eppo_train.reaper import owned_prefix
 from eppo_train.records import Sample
 
 if TYPE_CHECKING:

@@ -22,9 +22,9 @@ the owner that says once that it watches, see `ready()`). The watchdog:
   descendants of all of these; it sends them SIGTERM (vLLM and Ray shut down cleanly on it), SIGKILLs whatever is
   left after `GRACE_S`, removes the shared-memory segments created since the owner started that no live process
   holds any more (an interrupted vLLM engine leaves 160-250 MB ones in /dev/shm), removes the temporary files and
-  folders named with the owner's marker (`owned_prefix()`: model copies, checkpoints in transit, weights on their
-  way to the engine, the engine's socket folder with vLLM's rendezvous file in it, which their makers remove
-  unless killed first), and exits.
+  folders named with the owner's marker (`eppo_envs.tools.owner.owned_prefix()`: model copies, checkpoints in
+  transit, weights on their way to the engine, the engine's socket folder with vLLM's rendezvous file in it,
+  Chromium profiles, which their makers remove unless killed first), and exits.
 
 A process is signalled only when its create time still matches the recorded one, through a pidfd opened before the
 check, so the check and the signal concern the same process: a pid reused by an unrelated process is never hit.
@@ -53,7 +53,7 @@ except ImportError:  # a bare machine (the GPU check's: torch and transformers o
 
 POLL_S = 1.0  # how often the descendants are recorded
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
-TAG_ENV = "EPPO_OWNER_TAG"  # space-separated markers, one per watched ancestor
+TAG_ENV = "EPPO_OWNER_TAG"  # eppo_envs.tools.owner.OWNER_TAG_ENV, named here too: this file runs as a bare script
 
 Snapshot = dict[int, float]  # pid -> create time
 
@@ -106,18 +106,6 @@ def watchdog_pid() -> int | None:
     """The pid of this process's watchdog, if it runs (so that cleaning up the children can spare it)."""
     proc = _watchdogs.get(os.getpid())
     return proc.pid if proc is not None and proc.poll() is None else None
-
-
-def owned_prefix(prefix: str) -> str:
-    """`prefix` ("eppo-weights-") with this command's marker: a temporary file or folder named so is removed by
-    the command's watchdog once the command has ended, however it ended. Why: a maker killed before its clean-up
-    (`kill -9`, the OOM killer, a Ray actor ended by `ray.kill` or killed while loading) leaves it behind, and some are
-    big (a model copy per actor in /tmp; the learner's weights in /dev/shm, in RAM). Outside a watched command (no
-    marker: a test, a library user) the prefix is unchanged."""
-    tags = os.environ.get(TAG_ENV, "").split()
-    if not prefix.startswith("eppo-") or not tags:
-        return prefix
-    return f"{prefix}{tags[-1]}-"  # the innermost watched command: the first to end
 
 
 def remove_owned_temp(tag: str) -> list[str]:

@@ -37,6 +37,12 @@ def _wait_until_dead(actor, attempts: int = 100) -> None:
     raise AssertionError("the killed actor is still answering")
 
 
+def _kill(actor) -> None:
+    """ray.kill is asynchronous: return once the actor really is dead, so the next call meets a dead worker."""
+    ray.kill(actor)
+    _wait_until_dead(actor)
+
+
 def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
     problems = [Problem(ENV, "test", seed) for seed in range(3)]
     cfg = RolloutConfig(group_size=2, max_turns=4, progress=False)
@@ -53,9 +59,7 @@ def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
         actions = ["<answer>50</answer>", "<answer>25</answer>", "<answer>75</answer>"]
         for action in actions[:2]:
             assert pool.step([0, 1], [action] * 2) == reference.step([0, 1], [action] * 2)
-        victim = pool.workers[0]
-        ray.kill(victim)
-        _wait_until_dead(victim)  # ray.kill is asynchronous: make sure the step below really meets a dead worker
+        _kill(pool.workers[0])
         assert pool.step([0, 1], [actions[2]] * 2) == reference.step([0, 1], [actions[2]] * 2)
         assert pool.restarts == 1
     finally:
@@ -128,9 +132,7 @@ def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
     pool = RayEnvPool(1, max_restarts=0)
     try:
         pool.reset([EnvJob(0, ENV, "test", 5)])
-        victim = pool.workers[0]
-        ray.kill(victim)
-        _wait_until_dead(victim)
+        _kill(pool.workers[0])
         from eppo_train.interrupt import WorkerLost
 
         with pytest.raises(WorkerLost, match=r"^the env worker 0, replaced 0 times, died \(") as err:
@@ -180,9 +182,7 @@ def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypa
     pool = RayEnvPool(1)
     try:
         pool.reset([EnvJob(0, ENV, "test", 5)])
-        victim = pool.workers[0]
-        ray.kill(victim)
-        _wait_until_dead(victim)
+        _kill(pool.workers[0])
         if failure == "no node in time":
             pool.respawn_timeout_s = 0.001  # the new actor is not even up by then
             pattern = r"^env worker 0 died and no node could host a replacement within"
@@ -191,8 +191,7 @@ def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypa
 
             def dead_on_arrival():
                 actor = spawn()
-                ray.kill(actor)
-                _wait_until_dead(actor)
+                _kill(actor)
                 return actor
 
             monkeypatch.setattr(pool, "_spawn", dead_on_arrival)
@@ -212,9 +211,7 @@ def test_an_env_worker_lost_with_the_last_node_is_one_line_at_once(ray_session, 
     pool = RayEnvPool(1, respawn_timeout_s=60.0)
     try:
         pool.reset([EnvJob(0, ENV, "test", 5)])
-        victim = pool.workers[0]
-        ray.kill(victim)
-        _wait_until_dead(victim)
+        _kill(pool.workers[0])
         # the node is gone: its replacement is never placed, and the cluster has no live node
         monkeypatch.setattr(pool, "_spawn", lambda: pool._actor_cls.options(
             num_cpus=0, resources={"eppo-test-nowhere": 1}).remote(pool.env_kwargs))

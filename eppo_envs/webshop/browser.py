@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from eppo_envs.tools.owner import owned_prefix
 from eppo_envs.webshop.catalogue import Goal
 from eppo_envs.webshop.env import WebShopEnv
 from eppo_envs.webshop.html import FIND_BUTTON_JS, READ_PAGE_JS, page_from_dom
@@ -36,15 +37,6 @@ COMMAND_TIMEOUT_S = 60  # no WebDriver call may hang longer than this
 # held one step, and the rollout batch with it, for 313 s); past this, its processes are killed instead
 QUIT_TIMEOUT_S = 5
 PAGE_TIMEOUT_S = 20
-
-
-def _owned_prefix(prefix: str) -> str:
-    """`prefix` with the marker of the innermost watched command (eppo_train/reaper.py's `owned_prefix`, whose
-    watchdog removes such folders once everything of the command has ended). Why: killed with -9 mid-episode,
-    eppo-eval left a profile folder per browser in /tmp: its watchdog SIGTERMs Chromium and this browser's reaper
-    together, and a Chromium still shutting down writes its profile again after the reaper has removed it."""
-    tags = os.environ.get("EPPO_OWNER_TAG", "").split()
-    return f"{prefix}{tags[-1]}-" if tags else prefix
 
 
 class BrowserError(RuntimeError):
@@ -91,7 +83,7 @@ class HeadlessChromium:
         if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
             raise BrowserError(f"WebShop-Browser needs Debian's chromium and chromium-driver ({CHROMIUM}, "
                                f"{CHROMEDRIVER}); install them with scripts/install.sh or use eppo/WebShop-v0")
-        self.profile_dir = tempfile.mkdtemp(prefix=_owned_prefix("eppo-webshop-chromium-"))
+        self.profile_dir = tempfile.mkdtemp(prefix=owned_prefix("eppo-webshop-chromium-"))
         self._box: list = []
         self._reaper = Reaper(self.profile_dir)  # kills chromedriver and Chromium if this process dies without closing them
         # Runs on close(), on garbage collection and at interpreter exit, whichever comes first.
