@@ -311,6 +311,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 def resolve_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise ConfigError(f"{name_or_path} is a folder; --config takes a YAML file or a shipped config's name")
         if not path.is_file():
             raise ConfigError(f"no config file {name_or_path}")
         return path

@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
 
 def main(argv: list[str] | None = None) -> int:
     from eppo_envs.core.pipes import stdout_closed
-    from eppo_train.interrupt import guard
+    from eppo_train.interrupt import WorkerLost, guard
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -226,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         except (UsageError, PolicyNameError, ValueError, TaskError) as exc:
             print(f"eppo-eval: {exc}", file=sys.stderr)
             return 2
-        except RuntimeError as exc:  # an endpoint or worker failure: one line, not a traceback
+        except WorkerLost as exc:  # a worker died under it: eppo-train's line for the same event
+            print(f"eppo-eval: error: {exc}; {hint}", file=sys.stderr)
+            return 1
+        except RuntimeError as exc:  # an endpoint failure: one line, not a traceback
             print(f"eppo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
     status = 0

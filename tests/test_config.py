@@ -91,6 +91,12 @@ def test_unknown_config_name():
         load_config("nope")
 
 
+def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path):
+    # was "no config file <folder>", which reads as if the path did not exist
+    with pytest.raises(ConfigError, match=r"is a folder; --config takes a YAML file"):
+        load_config(str(tmp_path))
+
+
 def test_save_and_reload_round_trip(tmp_path):
     cfg = load_config("tiny", ["algo.name=dapo", "pacing.target_entropy={guess_small: 0.7}"])
     save_config(cfg, tmp_path / "config.yaml")

@@ -131,6 +131,21 @@ def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+def test_a_lost_worker_is_one_error_line_with_the_rerun_hint(monkeypatch, capsys):
+    # was "eppo-eval: WorkerLost: ...": the class name, no rerun hint, unlike eppo-train's line for the same event
+    import eppo_train.eval as eval_cli
+    from eppo_train.interrupt import WorkerLost
+
+    def dies(args):
+        raise WorkerLost("the env worker 0 died (its process ended: killed, out of memory, or its node went away)")
+
+    monkeypatch.setattr(eval_cli, "run", dies)
+    assert main(["--policy", "expert", *TASK, "--episodes", "1"]) == 1
+    assert capsys.readouterr().err == (
+        "eppo-eval: error: the env worker 0 died (its process ended: killed, out of memory, or its node went away); "
+        f"rerun with: eppo-eval --policy expert {' '.join(TASK)} --episodes 1\n")
+
+
 def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
     # was gymnasium's "AgentEnv.__init__() got an unexpected keyword argument 'nokey' was raised from the
     # environment creator for run/math-v0 with kwargs ({'nokey': 1})"
