@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     from eppo_envs.core import TaskError
     from eppo_envs.core.pipes import stdout_closed
     from eppo_train.config import ConfigError
-    from eppo_train.interrupt import WorkerLost, guard
+    from eppo_train.interrupt import WorkerLost, guard, lost_line
     from eppo_train.policy.engine import EngineError
     from eppo_train.policy.models import ModelNotFoundError
     from eppo_train.trainer import RunError
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, RunError, ModelNotFoundError, EngineError, FileNotFoundError, TaskError) as exc:
             return _error(str(exc))
         except WorkerLost as exc:  # not the user's error: the run stops at its last checkpoint
-            print(f"{PROG}: error: {exc}; {hint()}", file=sys.stderr)
+            print(lost_line(PROG, str(exc), hint()), file=sys.stderr)
             return 1
 
 

@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
 
 def main(argv: list[str] | None = None) -> int:
     from eppo_envs.core.pipes import stdout_closed
-    from eppo_train.interrupt import WorkerLost, guard
+    from eppo_train.interrupt import WorkerLost, guard, lost_line
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"eppo-eval: {exc}", file=sys.stderr)
             return 2
         except WorkerLost as exc:  # a worker died under it: eppo-train's line for the same event
-            print(f"eppo-eval: error: {exc}; {hint}", file=sys.stderr)
+            print(lost_line("eppo-eval", str(exc), hint), file=sys.stderr)
             return 1
         except RuntimeError as exc:  # an endpoint failure: one line, not a traceback
             print(f"eppo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -233,6 +233,11 @@ def _say(line: str) -> None:
         pass
 
 
+def lost_line(prog: str, reason: str, hint: str) -> str:
+    """The one line a command prints when a process it works through died under it (`WorkerLost`, `lose()`)."""
+    return f"{prog}: error: {reason}; {hint}"
+
+
 @contextmanager
 def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
     """Run the body; on SIGINT/SIGTERM print `interrupted at ...; <resume_hint()>` and exit 130 (after lose():
@@ -259,7 +264,7 @@ def guard(prog: str, resume_hint: Callable[[], str]) -> Iterator[None]:
             pass
         hint = resume_hint()  # first: it may look at the run dir and refine `where`
         if _lost:  # lose(): not the user's interrupt but a component's death
-            _say(f"{prog}: error: {_lost[0]}; {hint}")
+            _say(lost_line(prog, _lost[0], hint))
         else:
             _say(f"{prog}: interrupted at {where()}; {hint}")
         # Exit now: interpreter shutdown would run atexit hooks (Ray's, tqdm's) that can print or hang.

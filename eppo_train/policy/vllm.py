@@ -252,8 +252,9 @@ def engine_temp(folder: str) -> Iterator[None]:
     here in policy/hosted.py's child, and a forked engine process inherits it) and in the processes the engine spawns
     (`TMPDIR`, which they keep). So vLLM's rendezvous file (policy/vllm_teardown.py) and whatever else its processes
     write to the temp folder go with the engine's own folder: removed when the engine closes, and by the command's
-    watchdog when the process was killed (its name carries the watchdog's marker, `eppo_envs.tools.owner.owned_prefix`). torch's
-    compile cache stays where it was (`TORCHINDUCTOR_CACHE_DIR`, unless set): later starts reuse it."""
+    watchdog when the process was killed (its name carries the watchdog's marker,
+    `eppo_envs.tools.owner.owned_prefix`). torch's compile cache stays where it was (`TORCHINDUCTOR_CACHE_DIR`, unless
+    set): later starts reuse it."""
     pinned = {} if "TORCHINDUCTOR_CACHE_DIR" in os.environ else {"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
     previous = tempfile.tempdir
     tempfile.tempdir = folder
