@@ -224,13 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report, _ = run(args)
         except (UsageError, PolicyNameError, ValueError, TaskError) as exc:
-            print(f"eppo-eval: {exc}", file=sys.stderr)
+            print(f"eppo-eval: error: {exc}", file=sys.stderr)  # eppo-train's and argparse's form
             return 2
         except WorkerLost as exc:  # a worker died under it: eppo-train's line for the same event
             print(lost_line("eppo-eval", str(exc), hint), file=sys.stderr)
             return 1
         except RuntimeError as exc:  # an endpoint failure: one line, not a traceback
-            print(f"eppo-eval: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print(f"eppo-eval: error: {exc}", file=sys.stderr)
             return 1
     status = 0
     try:
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_outputs(args, report)
     except OSError as exc:  # a read-only folder, a full disk: the table above is printed already
-        print(f"eppo-eval: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(f"eppo-eval: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
     return status
 

@@ -72,7 +72,7 @@ def test_eppo_eval_on_a_broken_model_is_one_line(tmp_path: Path):
                  "--episodes", "1", "--no-progress"], tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
-        f"eppo-eval: {folder}: cannot load it as a transformers model: Error while deserializing header: "
+        f"eppo-eval: error: {folder}: cannot load it as a transformers model: Error while deserializing header: "
         "invalid header length"], proc.stderr[-2000:]
 
 

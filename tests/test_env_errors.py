@@ -111,5 +111,5 @@ def test_eppo_eval_names_a_broken_task_in_one_line(capsys):
     rc = eval_cli.main(["--policy", "expert", "--tasks", "testlab/Broken-v0", "--episodes", "2"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert err[-1].startswith("eppo-eval: _Broken.transition returned a tuple of 5")
+    assert err[-1].startswith("eppo-eval: error: _Broken.transition returned a tuple of 5")
     assert not any("Traceback" in line for line in err)

@@ -151,7 +151,7 @@ def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
     # environment creator for run/math-v0 with kwargs ({'nokey': 1})"
     assert main(["--policy", "expert", "--tasks", "math", "--episodes", "1", "--env-kwarg", "math.nokey=1",
                  "--no-progress"]) == 2
-    assert capsys.readouterr().err == ("eppo-eval: --env-kwarg for math: no option 'nokey' (its options: level, "
+    assert capsys.readouterr().err == ("eppo-eval: error: --env-kwarg for math: no option 'nokey' (its options: level, "
                                        "max_tool_calls, render_mode, sandbox, sources, split)\n")
 
 
@@ -167,7 +167,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(
         bad = tmp_path / "a-file" / "sub" / "out.json"
         assert main(["--policy", "expert", *TASK, "--episodes", "1", flag, str(bad)]) == 2
         err = capsys.readouterr().err.strip()
-        assert err == f"eppo-eval: {flag} {bad}: cannot be written there"
+        assert err == f"eppo-eval: error: {flag} {bad}: cannot be written there"
     # missing folders are made
     report = tmp_path / "new" / "folder" / "out.json"
     assert main(["--policy", "expert", *TASK, "--episodes", "1", "--json", str(report)]) == 0 and report.exists()
