@@ -135,7 +135,8 @@ def measure_eval(cfg: Config, temperatures: list[float],
                                           stats["success"], sum(greedy_won[seed] for seed in wins) / n,
                                           stats["response_length"]))
                 rate = report.tokens_generated / max(report.timing["wall_seconds"], 1e-9)
-                progress(f"temperature {temperature}: {len(spec.tasks)} tasks x {spec.episodes} instances x "
+                tasks = f"{len(spec.tasks)} task" + ("s" if len(spec.tasks) > 1 else "")
+                progress(f"temperature {temperature}: {tasks} x {spec.episodes} instances x "
                          f"{sampled.samples} samples done ({rate:.0f} new tok/s)")
     finally:
         policy.close()
