@@ -212,6 +212,12 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
             close()
 
 
+def _error(message: str, status: int) -> int:
+    """eppo-eval's one error line, in eppo-train's and argparse's form; returns the exit status."""
+    print(f"eppo-eval: error: {message}", file=sys.stderr)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     from eppo_envs.core.pipes import stdout_closed
     from eppo_train.interrupt import WorkerLost, guard, lost_line
@@ -224,14 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report, _ = run(args)
         except (UsageError, PolicyNameError, ValueError, TaskError) as exc:
-            print(f"eppo-eval: error: {exc}", file=sys.stderr)  # eppo-train's and argparse's form
-            return 2
+            return _error(str(exc), 2)
         except WorkerLost as exc:  # a worker died under it: eppo-train's line for the same event
             print(lost_line("eppo-eval", str(exc), hint), file=sys.stderr)
             return 1
         except RuntimeError as exc:  # an endpoint failure: one line, not a traceback
-            print(f"eppo-eval: error: {exc}", file=sys.stderr)
-            return 1
+            return _error(str(exc), 1)
     status = 0
     try:
         print_table(report)
@@ -241,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         write_outputs(args, report)
     except OSError as exc:  # a read-only folder, a full disk: the table above is printed already
-        print(f"eppo-eval: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return 1
+        return _error(f"cannot write {exc.filename}: {exc.strerror}", 1)
     return status
 
 
