@@ -32,7 +32,7 @@ test-gpu: install  ## checks that need a CUDA GPU
 	$(PYTEST) -q -m gpu
 
 gpu-bundle: install  ## what scripts/gpu_check.sh needs on a bare CUDA machine (gymnasium, tiny model): build/gpu_bundle
-	$(PY) -m eppo_train.gpu_check bundle build/gpu_bundle
+	$(PY) -m eppo_train.benchmarks.gpu_check bundle build/gpu_bundle
 
 gpu-check:  ## the GPU check (docs/bench.md); `make gpu-check ARGS=--cpu` is the CPU dry run
 	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(ARGS)

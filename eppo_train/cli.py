@@ -16,6 +16,26 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from eppo_envs.core import TaskError
+from eppo_envs.core.pipes import stdout_closed
+from eppo_train.config import ConfigError, load_config, load_run_config
+from eppo_train.eval.group_signal import measure, measure_eval, table
+from eppo_train.pipeline import default_run_dir, run_pipeline
+from eppo_train.policy.engine import EngineError
+from eppo_train.policy.models import ModelNotFoundError, check_model
+from eppo_train.report.plots import plot_run
+from eppo_train.report.progress import Progress, RLWatcher
+from eppo_train.report.ticks import listen
+from eppo_train.rollout.task_slots import prepare_tasks
+from eppo_train.runtime import interrupt
+from eppo_train.runtime.interrupt import WorkerLost, guard, lost_line
+from eppo_train.runtime.ray_cluster import init_ray
+from eppo_train.study.plan import ABLATIONS, DEFAULT_ALGOS, StudyPaths, make_plan
+from eppo_train.study.record import ResultError
+from eppo_train.study.report import write_report
+from eppo_train.study.runner import run_study
+from eppo_train.trainer import RunError, check_run_dir, checkpoint_step, holds_run, latest_checkpoint, train
+
 PROG = "eppo-train"
 
 # What an interrupted command prints after "interrupted at ...;": set by the command once it knows its run dir.
@@ -47,11 +67,7 @@ def _one_sample_groups(group_size: int) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from eppo_train.config import load_config, load_run_config
-    from eppo_train.progress import Progress, RLWatcher
     from eppo_train.sft import warm_start
-    from eppo_train.ticks import listen
-    from eppo_train.trainer import check_run_dir, checkpoint_step, train
 
     overrides = list(args.overrides)
     if args.ray_address:
@@ -87,11 +103,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if cfg.rollout.group_size < 2:
         return _error(_one_sample_groups(cfg.rollout.group_size))
     if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
-        from eppo_train.envpool import init_ray
 
         init_ray(cfg.ray.address)
     if not args.resume:
-        from eppo_train.policy.models import check_model
 
         # a wrong model.name now, before a local Ray starts (with sft.steps=0 it was told after Ray's start, and
         # Ray's log of the cancelled actors followed the line); after the address check, which builds nothing
@@ -118,7 +132,6 @@ def _pipeline_run(run_dir: Path) -> bool:
     as it goes)."""
     import yaml
 
-    from eppo_train.trainer import holds_run
 
     if (run_dir / "pipeline.json").exists():
         return True
@@ -134,8 +147,6 @@ def _pipeline_run(run_dir: Path) -> bool:
 
 def _hint_train(run_dir: Path, total: int) -> None:
     """Resume from the newest checkpoint; before the first one there is nothing to resume, so start over."""
-    from eppo_train import interrupt
-    from eppo_train.trainer import latest_checkpoint
 
     def hint() -> str:
         metrics = run_dir / "metrics.jsonl"
@@ -156,7 +167,6 @@ def add_plot(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from eppo_train.plots import plot_run
 
     for path in plot_run(args.run_dir):
         print(path)
@@ -173,7 +183,6 @@ def _config_args(p: argparse.ArgumentParser, default: str) -> None:
 
 def _load(args: argparse.Namespace, config: str | None = None, saved: Path | None = None):
     """The config named by --config (or `config`), or a run's `saved` config.yaml, then --model and --set."""
-    from eppo_train.config import load_config, load_run_config
 
     overrides = list(args.overrides) + ([f"model.name={args.model}"] if args.model else [])
     return load_run_config(saved, overrides) if saved else load_config(config or args.config, overrides)
@@ -185,13 +194,11 @@ def add_sft(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from eppo_train import interrupt, sft
-    from eppo_train.tasks import prepare_tasks
+    from eppo_train import sft
 
     cfg = _load(args)
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
-    from eppo_train.policy.models import check_model
 
     check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
 
@@ -214,8 +221,6 @@ def add_pipeline(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from eppo_train.pipeline import default_run_dir, run_pipeline
-    from eppo_train.trainer import holds_run
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -254,9 +259,6 @@ def add_signal(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
-    from eppo_train.group_signal import measure, measure_eval, table
-    from eppo_train.progress import Progress
-    from eppo_train.ticks import listen
 
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -265,7 +267,6 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
-    from eppo_train.policy.models import check_model
 
     check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
     # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
@@ -304,8 +305,7 @@ def add_study(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from eppo_train.losses import LOSSES
-    from eppo_train.study import ABLATIONS, DEFAULT_ALGOS, StudyPaths, make_plan, run_study
+    from eppo_train.algos.losses import LOSSES
 
     config = "study-quick" if args.quick and args.config == "study" else args.config
     cfg = _load(args, config)
@@ -322,7 +322,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     official = config == "study" and not args.model and not args.overrides  # the study the report is about
     results = Path(args.results) if args.results else STUDY_RESULTS if official else out / "results"
     report = Path(args.report) if args.report else STUDY_REPORT if official else out / "study.md"
-    from eppo_train.study_record import ResultError
 
     try:
         path = run_study(cfg, plan, StudyPaths(out, results, report), f"{PROG} {shlex.join(_argv)}", args.sft)
@@ -338,8 +337,6 @@ def add_study_report(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_study_report(args: argparse.Namespace) -> int:
-    from eppo_train.study_record import ResultError
-    from eppo_train.study_report import write_report
 
     results = Path(args.results)
     # where `eppo-train study` writes it: <out>/results -> <out>/study.md, docs/results/study -> docs/results/study.md
@@ -384,13 +381,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
-    from eppo_envs.core import TaskError
-    from eppo_envs.core.pipes import stdout_closed
-    from eppo_train.config import ConfigError
-    from eppo_train.interrupt import WorkerLost, guard, lost_line
-    from eppo_train.policy.engine import EngineError
-    from eppo_train.policy.models import ModelNotFoundError
-    from eppo_train.trainer import RunError
 
     _argv[:] = argv
     _hint_fn.clear()

@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
-from eppo_train.typed import ConfigError, build
+from eppo_train.algos.advantages import estimator_options
+from eppo_train.algos.pacing import PACING_VARIANTS, PacingConfig
+from eppo_train.core.registry import ConfigError, build
 
 __all__ = ["Config", "ConfigError", "load_config", "save_config", "to_dict", "from_dict", "validate"]
 
@@ -26,7 +28,6 @@ DTYPES = ("auto", "float32", "bfloat16")
 
 # The choices the config owns (the modules that act on them import these, never the reverse).
 CONTEXT_KINDS = ("full", "window")  # env.tasks[].context
-PACING_VARIANTS = ("both", "high", "low", "target")  # pacing.variant (pacing.py)
 LOSS_AGGS = ("token_mean", "seq_mean")  # algo.loss_agg (losses.token_weights)
 BACKENDS = ("vllm", "hf")  # model.backend
 TRAIN_REWARDS = ("env", "won")  # env.tasks[].train_reward
@@ -124,20 +125,6 @@ class AlgoConfig:
     scale_by_std: bool = True  # False: Dr. GRPO (centre only)
     filter_zero_variance: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal
     expert_guidance: bool = False  # a group that only lost gets the task expert's winning episode as a member
-
-
-@dataclass
-class PacingConfig:
-    variant: str = "both"  # PACING_VARIANTS: both | high | low | target
-    beta: float = 0.9  # EMA weight of the past
-    warmup: int = 2  # batches of a task at the base bounds (counted per task)
-    lam: float = 0.5  # lambda: the largest relative change of a bound
-    alpha: float = 2.0  # steepness of the sigmoid on the log-ratio z_k
-    eps_min: float = 0.05  # every paced bound is clamped to [eps_min, eps_max]
-    eps_max: float = 0.5
-    tau: float = 0.5  # spike threshold: H_k(t) > (1 + tau) * H^_k(t-1)
-    target_entropy: dict[str, float] = field(default_factory=dict)  # variant "target": task -> target nats
-    default_target: float = 0.5
 
 
 @dataclass
@@ -375,8 +362,7 @@ def save_config(cfg: Config, path: Path) -> None:
 def validate(cfg: Config) -> None:
     """Value checks the types cannot express. Loss and estimator names (and their options) are checked by their
     registries, which know every registered one; those modules never import this one's validation."""
-    from eppo_train.advantages import estimator_options
-    from eppo_train.losses import loss_options
+    from eppo_train.algos.losses import loss_options  # loads torch: only when a config is checked
 
     def need(ok: bool, msg: str) -> None:
         if not ok:

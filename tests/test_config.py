@@ -118,7 +118,7 @@ def test_a_config_saved_with_flat_loss_settings_still_loads(tmp_path):
 
 def test_a_bad_task_option_is_one_line_before_the_run():
     # was a TypeError traceback from gymnasium once the first env was built, mid-run
-    from eppo_train.tasks import prepare_tasks
+    from eppo_train.rollout.task_slots import prepare_tasks
 
     with pytest.raises(ConfigError) as exc:
         prepare_tasks(load_config("tiny", ["env.tasks.0.kwargs={colour: red}"]))
@@ -134,7 +134,7 @@ def test_a_bad_task_option_is_one_line_before_the_run():
 ])
 def test_a_bad_split_is_one_line_before_the_run(override, words):
     # env.tasks[].split was a ValueError traceback at the first reset; evaluation.split's were never checked
-    from eppo_train.tasks import prepare_tasks
+    from eppo_train.rollout.task_slots import prepare_tasks
 
     with pytest.raises(ConfigError) as exc:
         prepare_tasks(load_config("tiny", [override]))

@@ -11,10 +11,10 @@ import pytest
 
 import eppo_envs
 from eppo_envs.core import AgentEnv, StepResult, TaskError
-from eppo_train import eval as eval_cli
-from eppo_train.envpool import EnvJob, LocalEnvPool
-from eppo_train.evaluation import summarise
-from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+from eppo_train.eval import cli as eval_cli
+from eppo_train.eval.evaluation import summarise
+from eppo_train.rollout.env_pool import EnvJob, LocalEnvPool
+from eppo_train.rollout.loop import Problem, RolloutConfig, run_rollout
 
 
 class _Flaky(AgentEnv):

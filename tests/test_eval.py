@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from eppo_train.eval import main
+from eppo_train.eval.cli import main
 from eppo_train.policy.factory import newest_model_folder
 from eppo_train.policy.models import tiny_model_dir
 
@@ -57,7 +57,7 @@ def test_pass_at_k_against_hand_counted_outcomes():
     reward's) interval is a bootstrap over the instances' shares (0.5 and 0), so it spans [0, 0.5], not an interval
     over 4 independent draws."""
     from eppo_envs.core.record import Episode, Turn
-    from eppo_train.evaluation import summarise
+    from eppo_train.eval.evaluation import summarise
 
     def episode(seed: int, won: bool) -> Episode:
         return Episode("t", "t", "test", seed, f"t/{seed}", "", "", [Turn("a", "o", float(won), True)], won=won)
@@ -133,8 +133,8 @@ def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
 
 def test_a_lost_worker_is_one_error_line_with_the_rerun_hint(monkeypatch, capsys):
     # was "eppo-eval: WorkerLost: ...": the class name, no rerun hint, unlike eppo-train's line for the same event
-    import eppo_train.eval as eval_cli
-    from eppo_train.interrupt import WorkerLost
+    import eppo_train.eval.cli as eval_cli
+    from eppo_train.runtime.interrupt import WorkerLost
 
     def dies(args):
         raise WorkerLost("the env worker 0 died (its process ended: killed, out of memory, or its node went away)")
@@ -178,7 +178,7 @@ def test_the_progress_bar_is_redrawn_between_turns(capsys):
     until the turn ended."""
     import time
 
-    from eppo_train.eval import _Bar
+    from eppo_train.eval.cli import _Bar
 
     bar = _Bar(12, True, every_s=0.2)
     time.sleep(1.1)
@@ -301,8 +301,8 @@ def test_a_transcript_holding_a_lone_surrogate_is_written_and_reads_back(tmp_pat
     import argparse
 
     from eppo_envs.core import Episode, Turn
-    from eppo_train.eval import write_outputs
-    from eppo_train.evaluation import EvalReport
+    from eppo_train.eval.cli import write_outputs
+    from eppo_train.eval.evaluation import EvalReport
 
     episode = Episode("eppo/X-v0", "x", "test", 0, "x/0", "", "", [Turn("a\ud800b", "ok", 0.0, False)])
     report = EvalReport("p", "test", 1, 0.0, {}, 0, {}, episodes=[episode])

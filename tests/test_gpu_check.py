@@ -24,7 +24,7 @@ def _env(tmp_path: Path, absent: tuple[str, ...]) -> dict[str, str]:
 
 def test_timed_path_imports_without_gymnasium_ray_vllm(tmp_path):
     # and a config without env.imports builds as the Ray learner actor builds its own (from_dict), eppo_envs unimported
-    code = ("import sys; import eppo_train.gpu_check, eppo_train.learner, eppo_train.policy.hf, eppo_train.config; "
+    code = ("import sys; import eppo_train.benchmarks.gpu_check, eppo_train.learner.learner, eppo_train.policy.hf, eppo_train.config; "
             "eppo_train.config.from_dict({}); print(sorted(m for m in ('gymnasium', 'ray', 'vllm', 'eppo_envs') if sys.modules.get(m) is not None))")
     env = _env(tmp_path, ("gymnasium", "ray", "vllm"))
     env["PYTHONPATH"] += os.pathsep + str(ROOT)
@@ -35,7 +35,7 @@ def test_timed_path_imports_without_gymnasium_ray_vllm(tmp_path):
 
 def test_gpu_check_cpu_dry_run_with_the_bundle(tmp_path):
     bundle = tmp_path / "bundle"
-    made = subprocess.run([sys.executable, "-m", "eppo_train.gpu_check", "bundle", str(bundle)], cwd=ROOT,
+    made = subprocess.run([sys.executable, "-m", "eppo_train.benchmarks.gpu_check", "bundle", str(bundle)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     assert sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file()) < 64 * 2**20  # fits one carry

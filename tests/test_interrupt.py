@@ -213,7 +213,7 @@ def test_a_sigterm_while_ray_starts_is_the_interrupt(tmp_path: Path):
     through (exit 15, no line). Here a stand-in for ray.init installs that handler and is signalled inside it."""
     proc = _guarded(tmp_path,
                     "    import os, signal, sys\n"
-                    "    from eppo_train.interrupt import ray_init_signals\n"
+                    "    from eppo_train.runtime.interrupt import ray_init_signals\n"
                     "    with ray_init_signals():\n"
                     "        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does\n"
                     "        os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -227,7 +227,7 @@ def test_a_sigterm_while_ray_starts_is_the_interrupt(tmp_path: Path):
 def test_guards_handlers_are_back_after_ray_init(tmp_path: Path):
     proc = _guarded(tmp_path,
                     "    import signal\n"
-                    "    from eppo_train.interrupt import ray_init_signals\n"
+                    "    from eppo_train.runtime.interrupt import ray_init_signals\n"
                     "    with ray_init_signals():\n"
                     "        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what a connected core worker does\n"
                     "    print('initialised', flush=True)\n"
@@ -240,8 +240,8 @@ def test_guards_handlers_are_back_after_ray_init(tmp_path: Path):
 
 
 def _working_children(pid: int) -> list[psutil.Process]:
-    """The command's descendants other than its watchdog (eppo_train/reaper.py)."""
-    return [p for p in psutil.Process(pid).children(recursive=True) if "reaper.py" not in _cmdline(p)]
+    """The command's descendants other than its watchdog (eppo_envs/tools/teardown/watchdog.py)."""
+    return [p for p in psutil.Process(pid).children(recursive=True) if "watchdog.py" not in _cmdline(p)]
 
 
 def test_ctrl_c_during_a_bench_section(tmp_path: Path):
@@ -286,7 +286,7 @@ def _guarded(tmp_path: Path, body: str) -> subprocess.Popen:
     and ready: its stdout said so."""
     script = tmp_path / "guarded.py"
     script.write_text("import logging, time\n"
-                      "from eppo_train.interrupt import guard\n"
+                      "from eppo_train.runtime.interrupt import guard\n"
                       "with guard('prog', lambda: 'resume with: nothing'):\n"
                       "    print('ready', flush=True)\n" + body)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -354,7 +354,7 @@ def test_child_shutdown_chatter_after_an_interrupt_is_dropped(tmp_path: Path, gr
     (tmp_path / "child.py").write_text(CHATTY_CHILD)
     (tmp_path / "chatty.py").write_text(
         "import subprocess, sys, time\n"
-        "from eppo_train.interrupt import guard, relayed_child_output\n"
+        "from eppo_train.runtime.interrupt import guard, relayed_child_output\n"
         "with guard('prog', lambda: 'resume with: nothing'):\n"
         "    with relayed_child_output():\n"
         f"        child = subprocess.Popen([sys.executable, {str(tmp_path / 'child.py')!r}])\n"

@@ -40,7 +40,7 @@ def test_available_memory_is_positive_and_below_the_total():
 
 
 def test_pipeline_engine_spec_holds_an_rl_iteration(plenty_of_memory):
-    from eppo_train.actors import engine_spec
+    from eppo_train.learner.workers import engine_spec
 
     cfg = load_config("pipeline")
     spec = engine_spec(cfg)

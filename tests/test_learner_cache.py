@@ -7,9 +7,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from eppo_train.config import load_config
-from eppo_train.frozen_cache import cache_start, decoder_layers
-from eppo_train.learner import Learner, freeze_below_top, micro_batches
-from eppo_train.records import Sample
+from eppo_train.core.records import Sample
+from eppo_train.learner.frozen_cache import cache_start, decoder_layers
+from eppo_train.learner.learner import Learner, freeze_below_top, micro_batches
 
 VOCAB = 512
 LAYERS, TOP = 4, 2

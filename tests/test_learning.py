@@ -18,12 +18,12 @@ from dataclasses import replace
 import pytest
 
 from eppo_train.config import load_config
-from eppo_train.envpool import LocalEnvPool
-from eppo_train.metrics import read_metrics
 from eppo_train.policy.hf import HFPolicy
-from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+from eppo_train.report.metrics import read_metrics
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.loop import Problem, RolloutConfig, run_rollout
+from eppo_train.rollout.task_slots import prepare_tasks
 from eppo_train.sft import sft_model
-from eppo_train.tasks import prepare_tasks
 from eppo_train.trainer import Trainer
 
 ITERATIONS = 10

@@ -11,16 +11,16 @@ import warnings
 
 import pytest
 
-from eppo_train.advantages import ESTIMATORS, EstimatorSpec, compute_advantages, register_estimator
+from eppo_train.algos.advantages import ESTIMATORS, EstimatorSpec, compute_advantages, register_estimator
+from eppo_train.algos.losses import LOSSES, ClipCovOptions, LossSpec, ppo_clip, register_loss
 from eppo_train.config import ConfigError, load_config
-from eppo_train.learner import Learner
-from eppo_train.losses import LOSSES, ClipCovOptions, LossSpec, ppo_clip, register_loss
-from eppo_train.records import Sample
+from eppo_train.core.records import Sample
+from eppo_train.learner.learner import Learner
 
 PLUGIN = '''
 from dataclasses import dataclass
 
-from eppo_train.losses import LossSpec, ppo_clip, register_loss
+from eppo_train.algos.losses import LossSpec, ppo_clip, register_loss
 
 
 @dataclass
@@ -87,8 +87,8 @@ def test_its_options_are_validated_by_its_dataclass(plugin):
 ENV_IMPORTED = '''
 from dataclasses import dataclass
 
-from eppo_train.advantages import EstimatorSpec, grpo, register_estimator
-from eppo_train.losses import LossSpec, ppo_clip, register_loss
+from eppo_train.algos.advantages import EstimatorSpec, grpo, register_estimator
+from eppo_train.algos.losses import LossSpec, ppo_clip, register_loss
 
 
 @dataclass
@@ -123,12 +123,12 @@ def test_a_loss_and_an_estimator_registered_by_env_imports_are_known_to_the_conf
         load_config("tiny", ["env.imports=[no_such_plugin_mod]", "algo.name=env_imported_clip"])
     # every module is imported, not the first only; one that exists but fails on an import of its own is one line too
     (tmp_path / "my_second_algo.py").write_text(
-        "from eppo_train.losses import LossSpec, ppo_clip, register_loss\n"
+        "from eppo_train.algos.losses import LossSpec, ppo_clip, register_loss\n"
         "register_loss('env_imported_second', LossSpec(ppo_clip, 0.2, 0.2, 'seq_mean'))\n")
     monkeypatch.delitem(sys.modules, "my_second_algo", raising=False)
     assert load_config("tiny", ["env.imports=[json,my_second_algo]", "algo.name=env_imported_second"]).algo.name \
         == "env_imported_second"
-    (tmp_path / "my_broken_algo.py").write_text("from eppo_train.losses import no_such_name\n")
+    (tmp_path / "my_broken_algo.py").write_text("from eppo_train.algos.losses import no_such_name\n")
     with pytest.raises(ConfigError, match="env.imports: cannot import 'my_broken_algo': cannot import name 'no_such_name'"):
         load_config("tiny", ["env.imports=[my_broken_algo]"])
 

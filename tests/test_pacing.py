@@ -2,8 +2,7 @@
 
 import pytest
 
-from eppo_train.config import PacingConfig
-from eppo_train.pacing import EntropyPacer
+from eppo_train.algos.pacing import EntropyPacer, PacingConfig
 
 
 def pacer(**kw):

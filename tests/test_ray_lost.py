@@ -1,7 +1,7 @@
 """Ray's own processes killed under a run (`kill -9` of the GCS or the raylet): the command stops within seconds with
 one line and the resume command, exit 1, its last checkpoint whole, and none of its processes left.
 
-Before eppo_train/gcs_watch.py a dead GCS went unnoticed for 60 s, then Ray ended the driver with `_Exit(1)` and no
+Before eppo_train/runtime/gcs_watch.py a dead GCS went unnoticed for 60 s, then Ray ended the driver with `_Exit(1)` and no
 line at all (measured 2026-12-06: 60.4 s)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import psutil
 import pytest
 from test_interrupt import HUNG_S, Command, _survivors
 
-from eppo_train import interrupt
 from eppo_train.config import load_run_config
+from eppo_train.runtime import interrupt
 from eppo_train.trainer import check_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,8 +31,8 @@ STOPPED_S = 30.0
 
 OWNER = textwrap.dedent("""
     import socket, threading, time
-    from eppo_train import gcs_watch
-    from eppo_train.interrupt import guard
+    from eppo_train.runtime import gcs_watch
+    from eppo_train.runtime.interrupt import guard
 
     server = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{server.getsockname()[1]}"

@@ -57,7 +57,7 @@ def _parse(argv: list[str]):
     from eppo_envs.cli import build_parser as envs_parser
     from eppo_train.benchmarks.run import parse_args as bench_args
     from eppo_train.cli import build_parser as train_parser
-    from eppo_train.eval import build_parser as eval_parser
+    from eppo_train.eval.cli import build_parser as eval_parser
 
     tool, args = argv[0], argv[1:]
     if tool == "eppo-train" and (not args or args[0].startswith("-")):

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from eppo_train.config import load_config
-from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.models import load_model, load_tokenizer
-from eppo_train.tasks import prepare_tasks
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.task_slots import prepare_tasks
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_demos_mask_exactly_the_expert_replies(demos):
 
 
 def test_loss_counts_only_model_tokens(demos):
-    from eppo_train.records import Sample
+    from eppo_train.core.records import Sample
     from eppo_train.sft import mean_nll
 
     _, tok, samples, _ = demos
@@ -84,8 +84,8 @@ def test_sft_cli_writes_a_loadable_model(tmp_path: Path):
 def test_sft_cli_tells_an_interrupt_where_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # a Ctrl-C during `eppo-train sft` said "interrupted at start-up" at any step
     import eppo_train.sft
-    from eppo_train import interrupt
     from eppo_train.cli import main
+    from eppo_train.runtime import interrupt
 
     seen = []
 
@@ -190,12 +190,12 @@ def test_demos_count_the_expert_replies_a_reply_budget_would_cut(budget, over):
 
 def test_sft_tells_a_wrong_model_before_the_tasks_are_set_up(tmp_path, capsys, monkeypatch):
     # `eppo-train sft --model runs/nothere` set up the tasks and played expert demos (~8 s) before the model's error
-    import eppo_train.tasks
+    import eppo_train.rollout.task_slots
     from eppo_train.cli import main
 
     def too_early(cfg):
         raise AssertionError("the tasks were set up before the model was checked")
 
-    monkeypatch.setattr(eppo_train.tasks, "prepare_tasks", too_early)
+    monkeypatch.setattr(eppo_train.rollout.task_slots, "prepare_tasks", too_early)
     assert main(["sft", "--model", str(tmp_path / "nothere"), "--out", str(tmp_path / "m")]) == 2
     assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")

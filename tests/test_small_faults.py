@@ -148,7 +148,7 @@ def test_a_ray_address_where_no_ray_answers_is_one_line_at_once(tmp_path, capsys
 def test_the_ray_address_probe_lets_a_real_gcs_through():
     import ray
 
-    from eppo_train.envpool import _check_reachable
+    from eppo_train.runtime.ray_cluster import _check_reachable
 
     started = not ray.is_initialized()
     if started:
@@ -165,7 +165,7 @@ def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkey
     that names it and how to resume, exit 1; before this it was Ray's 30-line ActorDiedError traceback."""
     from eppo_train import trainer
     from eppo_train.cli import main
-    from eppo_train.interrupt import WorkerLost
+    from eppo_train.runtime.interrupt import WorkerLost
 
     def dies(cfg, resume=False):
         (cfg.run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
@@ -216,9 +216,9 @@ def test_a_dead_engine_process_is_worker_lost(when):
     import multiprocessing
     import os
 
-    from eppo_train.interrupt import WorkerLost
     from eppo_train.policy.base import SamplingParams
     from eppo_train.policy.hosted import HostedVLLMPolicy
+    from eppo_train.runtime.interrupt import WorkerLost
 
     ours, theirs = multiprocessing.Pipe()
     context = multiprocessing.get_context("fork")

@@ -18,7 +18,8 @@ TINY = ["sft.steps=0", "run.save_every=1", "evaluation.episodes=2", "env.tasks.0
 def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys, monkeypatch):
     from eppo_train.cli import main
     from eppo_train.config import load_config
-    from eppo_train.study import StudyPaths, make_plan, run_config, run_study
+    from eppo_train.study.plan import StudyPaths, make_plan
+    from eppo_train.study.runner import run_config, run_study
     from eppo_train.trainer import Trainer
 
     plan = make_plan(["grpo", "eppo"], 1, [], 1)
@@ -44,7 +45,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
             assert rec["evaluation"]["tasks"][t]["reward_revision"] == 1
         assert rec["training_episodes"] == 2 * 2 * 2 and rec["wall_seconds"] > 0 and len(rec["load"]["start"]) == 3
     assert json.loads((paths.results / "plan.json").read_text())["runs"][1]["name"] == "eppo-seed0"
-    from eppo_train.study import stale_results
+    from eppo_train.study.runner import stale_results
 
     assert stale_results(cfg, plan, paths.results, paths.work) == {}
     changed = load_config("study-quick", [*TINY, "run.iterations=2", "learner.lr=0.5"])
@@ -118,8 +119,8 @@ def _write(folder: Path, records: list[dict], plan: list[str]) -> None:
 
 
 def test_report_from_hand_made_result_files(tmp_path: Path):
-    from eppo_train.study_record import load_results
-    from eppo_train.study_report import by_group, paired, write_report
+    from eppo_train.study.record import load_results
+    from eppo_train.study.report import by_group, paired, write_report
 
     results = tmp_path / "study"
     # task a: eppo wins 2 more instances than grpo over 8 paired ones (+0.25); task b: identical outcomes (0)
@@ -205,7 +206,8 @@ def test_study_rejects_an_unknown_loss_or_ablation(tmp_path: Path, capsys):
 
 def test_plan_names_and_ablation_configs(tmp_path: Path):
     from eppo_train.config import load_config
-    from eppo_train.study import ABLATIONS, make_plan, run_config
+    from eppo_train.study.plan import ABLATIONS, make_plan
+    from eppo_train.study.runner import run_config
 
     plan = make_plan(["grpo", "eppo"], 3, list(ABLATIONS), 1)
     names = [r.name for r in plan]
@@ -227,8 +229,8 @@ def test_study_warm_start_is_the_one_its_committed_runs_began_from():
     import json
 
     from eppo_train.config import load_config
+    from eppo_train.rollout.task_slots import prepare_tasks
     from eppo_train.sft import sft_key, sft_source
-    from eppo_train.tasks import prepare_tasks
 
     study, pipeline = load_config("study"), load_config("pipeline")
     src, slots = sft_source(study, prepare_tasks(study))
@@ -253,7 +255,7 @@ def test_experiment_quick_end_to_end(tmp_path: Path):
 
 
 def test_a_field_added_later_with_default_none_is_not_a_change_but_a_list_item_is():
-    from eppo_train.study import _flat
+    from eppo_train.study.runner import _flat
 
     then = {"env": {"tasks": [{"id": "a", "max_turns": 4}]}, "sft": {"tasks_from": "pipeline"}}
     now = {"env": {"tasks": [{"id": "a", "max_turns": 4, "max_new_tokens": None}]}, "sft": {"tasks_from": "x"}}
@@ -267,8 +269,8 @@ def test_a_field_added_later_with_default_none_is_not_a_change_but_a_list_item_i
 def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
     """A machine whose SFT came out with other weights evaluates its own start model (start-model-<sha12>.json);
     the report pairs every run with its own start, not with the first one."""
-    from eppo_train.study_record import START_FILE, load_results, load_starts, start_path
-    from eppo_train.study_report import write_report
+    from eppo_train.study.record import START_FILE, load_results, load_starts, start_path
+    from eppo_train.study.report import write_report
 
     results = tmp_path / "study"
     old = _result("grpo", 0, {"a": [1, 1, 0, 0]}, [[]], [0])
@@ -303,8 +305,8 @@ def test_results_scored_by_an_earlier_reward_are_told_apart(tmp_path: Path):
     every listed change); the report lists, per task, which records an earlier revision scored and what changed
     since; records scored by today's reward, and tasks it cannot look up, are not listed."""
     from eppo_envs.math.env import MathToolEnv
-    from eppo_train.study_record import reward_drift
-    from eppo_train.study_report import write_report
+    from eppo_train.study.record import reward_drift
+    from eppo_train.study.report import write_report
 
     def run(group: str, seed: int, math_revision: int | None) -> dict:
         record = _result(group, seed, {"math": [1, 0], "mine": [0, 1]}, [[]], [0])
@@ -319,7 +321,7 @@ def test_results_scored_by_an_earlier_reward_are_told_apart(tmp_path: Path):
     results = tmp_path / "study"
     _write(results, [run("grpo", 0, None), run("grpo", 1, now), run("eppo", 0, 1)],
            plan=["grpo-seed0", "grpo-seed1", "eppo-seed0"])
-    from eppo_train.study_record import load_results
+    from eppo_train.study.record import load_results
 
     [drift] = reward_drift(load_results(results))
     assert (drift.task, drift.env_id, drift.now) == ("math", "eppo/MathTool-v0", now)
@@ -335,7 +337,7 @@ def test_the_committed_study_report_says_which_rewards_changed_since():
     """The committed study (2026-12-01/02) predates the reward changes of 2026-12-06, the Math grader's among them:
     its report, rebuilt from the result files, must say so (`make study-report` after a reward change)."""
     root = Path(__file__).parents[1]
-    from eppo_train.study_record import load_results, load_starts, reward_drift
+    from eppo_train.study.record import load_results, load_starts, reward_drift
 
     results = root / "docs/results/study"
     drift = reward_drift([*load_results(results), *load_starts(results).values()])
@@ -349,7 +351,8 @@ def test_committed_study_runs_match_the_shipped_study_config():
     """Every committed run was made with the settings `eppo-train study` would use now: an option added since (at
     its default, the behaviour those runs had) must not mark them as made with other settings."""
     from eppo_train.config import load_config
-    from eppo_train.study import ABLATIONS, DEFAULT_ALGOS, make_plan, stale_results
+    from eppo_train.study.plan import ABLATIONS, DEFAULT_ALGOS, make_plan
+    from eppo_train.study.runner import stale_results
 
     results = Path(__file__).parents[1] / "docs/results/study"
     plan = make_plan(list(DEFAULT_ALGOS), 3, list(ABLATIONS), 1)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import eppo_envs.example.guess_number  # noqa: F401  (registers example/GuessNumber-v0)
 from eppo_train.config import load_config
-from eppo_train.evaluation import EvalSpec, evaluate
+from eppo_train.eval.evaluation import EvalSpec, evaluate
 from eppo_train.policy.factory import make_policy
-from eppo_train.summary import table, write_summary
+from eppo_train.report.summary import table, write_summary
 
 
 def _task(won: list[bool]) -> dict:

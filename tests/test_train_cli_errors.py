@@ -68,7 +68,7 @@ def test_an_example_task_without_its_import_names_the_module(tmp_path: Path):
 def test_a_missing_model_is_one_line_before_ray_starts(tmp_path: Path, capsys, monkeypatch):
     # with sft.steps=0 the model was first checked in the trainer, after ray.init and the env workers: Ray's
     # "Started a local Ray instance" before the line and its "Failed to register actor" log after it
-    import eppo_train.envpool as envpool
+    import eppo_train.rollout.env_pool as envpool
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray started before the model was checked")

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from eppo_train.cli import main
 from eppo_train.config import load_config
-from eppo_train.metrics import read_metrics
+from eppo_train.report.metrics import read_metrics
 
 TASK_KEYS = {"success", "reward", "response_length", "entropy", "entropy_ema", "eps_low", "eps_high",
              "clip_frac", "approx_kl", "adv_mean", "adv_std", "zero_var_frac"}

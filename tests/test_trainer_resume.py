@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from eppo_train.cli import main
-from eppo_train.metrics import read_metrics
+from eppo_train.report.metrics import read_metrics
 
 BASE = ["--config", "tiny", "--set", "ray.enabled=false", "--set", "pacing.warmup=0"]
 

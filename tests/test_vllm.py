@@ -249,15 +249,15 @@ def test_an_engine_keeps_its_rendezvous_file_in_its_own_folder(tmp_path):
 KILLED_OWNER = """
 import json, sys, time
 import psutil
-from eppo_train import reaper
-from eppo_train.interrupt import guard
+from eppo_envs.tools.teardown import watchdog
+from eppo_train.runtime.interrupt import guard
 from eppo_train.policy.hosted import HostedVLLMPolicy
 
 if __name__ == "__main__":  # the engine's child is spawned: it imports this file
     with guard("owner", lambda: "rerun"):
-        reaper.ready(60)
+        watchdog.ready(60)
         engine = HostedVLLMPolicy(sys.argv[1], dtype="float32", max_model_len=512, enforce_eager=True)
-        kids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid != reaper.watchdog_pid()]
+        kids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid != watchdog.watchdog_pid()]
         print(json.dumps(kids), flush=True)
         time.sleep(600)
 """
@@ -275,7 +275,7 @@ def test_a_killed_engine_leaves_no_rendezvous_file(tmp_path):
     import sys
     import time
 
-    from eppo_train import reaper
+    from eppo_envs.tools.teardown import watchdog
 
     temp = Path(tempfile.mkdtemp(prefix="vllm-kill-", dir="/tmp"))  # short: the engine's folder fits inside
     (tmp_path / "owner.py").write_text(KILLED_OWNER)
@@ -293,7 +293,7 @@ def test_a_killed_engine_leaves_no_rendezvous_file(tmp_path):
             os.kill(pid, signal.SIGKILL)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + reaper.GRACE_S + 10
+        deadline = time.monotonic() + watchdog.GRACE_S + 10
         while time.monotonic() < deadline and _litter(temp):
             time.sleep(0.2)
         assert _litter(temp) == []

@@ -278,8 +278,8 @@ def test_the_profile_folder_carries_the_commands_watchdog_marker(monkeypatch):
     """eppo-eval killed with -9 mid-episode left a profile folder per browser in /tmp: its watchdog SIGTERMs Chromium
     and the browser's own reaper together, and a Chromium still shutting down wrote its profile again after that
     reaper had removed it. Named with the command's marker, the watchdog removes it once everything has ended."""
+    from eppo_envs.tools.teardown.watchdog import remove_owned_temp
     from eppo_envs.webshop.browser import HeadlessChromium
-    from eppo_train.reaper import remove_owned_temp
 
     monkeypatch.setenv("EPPO_OWNER_TAG", "0123456789abcdef fedcba9876543210")
     browser = HeadlessChromium()

@@ -17,12 +17,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from eppo_envs.tools.owner import owned_prefix
+from eppo_envs.tools.teardown.browser_reaper import Reaper
+from eppo_envs.tools.teardown.owner import owned_prefix
 from eppo_envs.webshop.catalogue import Goal
 from eppo_envs.webshop.env import WebShopEnv
 from eppo_envs.webshop.html import FIND_BUTTON_JS, READ_PAGE_JS, page_from_dom
 from eppo_envs.webshop.pages import Command, Page, clean
-from eppo_envs.webshop.reaper import Reaper
 from eppo_envs.webshop.server import ShopServer
 from eppo_envs.webshop.world import ShopWorld
 

@@ -28,6 +28,10 @@ from rich.table import Table
 # Importing the section modules registers them, in this order (cheap ones first).
 from eppo_train.benchmarks import envs, model, rollout_engines, tools, trl_ref  # noqa: F401
 from eppo_train.benchmarks.common import SECTIONS, BenchContext, Figure, failed
+from eppo_train.benchmarks.envs import registered_envs
+from eppo_train.policy.models import ModelNotFoundError, resolve_model
+from eppo_train.runtime import interrupt
+from eppo_train.runtime.interrupt import guard
 
 console = Console(width=None if sys.stdout.isatty() else 220)
 
@@ -63,7 +67,6 @@ def machine() -> dict:
 
 
 def run_sections(names: list[str], ctx: BenchContext) -> tuple[list[Figure], dict[str, float]]:
-    from eppo_train import interrupt
 
     figures: list[Figure] = []
     seconds: dict[str, float] = {}
@@ -152,14 +155,12 @@ def check_inputs(names: list[str], ctx: BenchContext) -> str | None:
     """What the user typed that no section can run: a --model that resolves to nothing, an --envs that matches no
     registered env id. One line, before any section starts."""
     if any(n in MODEL_SECTIONS for n in names):
-        from eppo_train.policy.models import ModelNotFoundError, resolve_model
 
         try:
             resolve_model(ctx.model)
         except ModelNotFoundError as exc:
             return f"--model: {exc}"
     if ctx.envs.strip() and any(n in ENV_SECTIONS for n in names):
-        from eppo_train.benchmarks.envs import registered_envs
 
         known = registered_envs()[0]
         if not any(ctx.wants_env(e) for e in known):
@@ -189,7 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from eppo_train.interrupt import guard
 
     # Ctrl-C or SIGTERM mid-section: one line and exit 130 instead of a traceback, the section's engines, browsers,
     # sandboxes and Ray stopped (guard's cleanup), and the last results file left as it was (nothing is written

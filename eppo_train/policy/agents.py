@@ -1,4 +1,4 @@
-"""The pluggable "act" step of the one agent loop (`eppo_train.rollout.run_rollout`).
+"""The pluggable "act" step of the one agent loop (`eppo_train.rollout.loop.run_rollout`).
 
 An `Agent` answers a batch of live episodes in one call. Token agents (`PolicyAgent`) read each episode's prompt
 token ids and return sampled ids and log-probs (training and model evaluation), `ExpertTokenAgent` the expert's
@@ -14,14 +14,19 @@ import string
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from eppo_envs.core.registry import env_class
 from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from eppo_train.envpool import EnvPool
+
+class EnvPool(Protocol):
+    """What an agent may ask of the rollout's env pool (`eppo_train.rollout.env_pool.EnvPool` is one)."""
+
+    def expert_actions(self, slots: Sequence[int]) -> list[str]: ...
 
 
 @dataclass
@@ -119,7 +124,6 @@ class ExpertTokenAgent(Agent):
 
 def tool_tags(env_id: str) -> tuple[str, ...]:
     """The tags a task accepts, read from its class without building an env."""
-    from eppo_envs.core.registry import env_class
 
     return tuple(getattr(env_class(env_id), "tool_tags", ("action",)))
 

@@ -16,7 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
-from eppo_train.policy.precision import resolve_dtype
+from eppo_train.policy.hosted import HostedVLLMPolicy
+from eppo_train.policy.models import loading, resolve_model
+from eppo_train.policy.precision import resolve_dtype, tell_fallback
+from eppo_train.policy.vllm import VLLMPolicy
 
 BACKENDS = ("vllm", "hf")
 
@@ -50,12 +53,16 @@ def make_engine(spec: EngineSpec) -> PolicyBackend:
         raise EngineError(f"unknown generation backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
     import torch
 
-    spec = replace(spec, dtype=resolve_dtype(spec.dtype, "cuda" if torch.cuda.is_available() else "cpu"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    asked, spec = spec.dtype, replace(spec, dtype=resolve_dtype(spec.dtype, device))
     if spec.backend == "hf":
         from eppo_train.policy.hf import HFPolicy
 
-        return HFPolicy(spec.model, dtype=spec.dtype)
-    return _start_vllm(spec)
+        engine: PolicyBackend = HFPolicy(spec.model, dtype=spec.dtype)
+    else:
+        engine = _start_vllm(spec)
+    tell_fallback(asked, device)
+    return engine
 
 
 def _start_vllm(spec: EngineSpec) -> PolicyBackend:
@@ -66,8 +73,6 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     hint = "choose transformers generation with --set model.backend=hf (eppo-train) or --backend hf (eppo-eval)"
     if importlib.util.find_spec("vllm") is None:  # found without importing it (the engine's process imports it)
         raise EngineError(f"vLLM is not installed (no module named 'vllm'); run make install, or {hint}")
-    from eppo_train.policy.hosted import HostedVLLMPolicy
-    from eppo_train.policy.vllm import VLLMPolicy
 
     if not torch.cuda.is_available():
         _check_cpu_head_size(spec, hint)
@@ -131,7 +136,6 @@ def _text_config(model: str):  # noqa: ANN202  (a transformers PretrainedConfig,
     """The language model's config of `model`, and its attention head size."""
     from transformers import AutoConfig
 
-    from eppo_train.policy.models import loading, resolve_model
 
     path = resolve_model(model)
     with loading(path):
@@ -238,7 +242,6 @@ def folder_weights(model: str) -> dict:
     """Every tensor of a model (a name `resolve_model` knows or a transformers folder), by its HF name."""
     from safetensors.torch import load_file
 
-    from eppo_train.policy.models import resolve_model
 
     weights: dict = {}
     for f in sorted(Path(resolve_model(model)).glob("*.safetensors")):

@@ -28,10 +28,10 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eppo_train.interrupt import WorkerLost, relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer
-from eppo_train.policy.vllm import quiet_child_env, scoped_environment, weights_file
+from eppo_train.policy.vllm import VLLMPolicy, quiet_child_env, scoped_environment, weights_file
+from eppo_train.runtime.interrupt import WorkerLost, relayed_child_output
 
 
 class EngineProcessError(RuntimeError):
@@ -120,7 +120,6 @@ def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (
     signal.signal(signal.SIGTERM, _exit_cleanly)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
-        from eppo_train.policy.vllm import VLLMPolicy
 
         engine = VLLMPolicy(model, **kwargs)
     except Exception as exc:  # noqa: BLE001  (sent to the parent, which raises it with its reason)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eppo_train.policy.precision import resolve_dtype
+from eppo_train.policy.precision import resolve_dtype, tell_fallback
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -218,7 +218,7 @@ def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", dev
     from transformers import AutoModelForCausalLM
 
     _no_weight_bars()
-    dtype = resolve_dtype(dtype, device)
+    asked, dtype = dtype, resolve_dtype(dtype, device)
     torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
     if torch_dtype is None:
@@ -226,4 +226,5 @@ def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", dev
     path = resolve_model(path_or_name)
     with loading(path):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+    tell_fallback(asked, device)
     return model.to(device).eval()

@@ -25,13 +25,18 @@ def native_bf16(device: str = "cpu") -> bool:
 
 
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
-    """`auto` -> "bfloat16" where it is native on `device`, else "float32"; any other name is returned as given."""
+    """`auto` -> "bfloat16" where it is native on `device`, else "float32"; any other name is returned as given.
+    Says nothing: the caller tells the user (`tell_fallback`) once what it loaded has loaded, so that a command
+    that fails to load says its error alone."""
     if dtype != "auto":
         return dtype
-    if native_bf16(device):
-        return "bfloat16"
-    _notice_once(device)
-    return "float32"
+    return "bfloat16" if native_bf16(device) else "float32"
+
+
+def tell_fallback(dtype: str, device: str = "cpu") -> None:
+    """Once per process: where `dtype` (as asked) was `auto` and fell back to float32, why."""
+    if dtype == "auto" and not native_bf16(device):
+        _notice_once(device)
 
 
 def use_cpu_autocast(asked: bool) -> bool:

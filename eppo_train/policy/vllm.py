@@ -25,7 +25,7 @@ from the learner each iteration without restarting the engine.
 - Sockets: vLLM names its ZMQ sockets after `VLLM_RPC_BASE_PATH` (by default the temp folder) and leaves the
   socket files behind when the engine ends (seven an engine start: hundreds piled up in /tmp). Each engine gets a
   private folder for them, removed when it closes (or when the interpreter exits; when its process is killed, by
-  the command's watchdog: `eppo_envs.tools.owner.owned_prefix`). The folder is also the engine's temp folder while
+  the command's watchdog: `eppo_envs.tools.teardown.owner.owned_prefix`). The folder is also the engine's temp folder while
   it starts, so its torch.distributed rendezvous file (`vllm_dist_*`) goes with it (policy/vllm_teardown.py).
 - A failed start: the ZMQ sockets and context it leaves open are closed before its error is raised; left to the
   garbage collector they could hang it (policy/vllm_teardown.py).
@@ -45,11 +45,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from eppo_envs.tools.owner import owned_prefix
-from eppo_train.interrupt import relayed_child_output
+from eppo_envs.tools.teardown.engine_leftovers import close_zmq_left_by
+from eppo_envs.tools.teardown.owner import owned_prefix
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams, request_seed
 from eppo_train.policy.models import load_tokenizer, resolve_model
-from eppo_train.policy.vllm_teardown import close_zmq_left_by
+from eppo_train.runtime.interrupt import relayed_child_output
 
 
 class WeightSyncExtension:
@@ -253,7 +253,7 @@ def engine_temp(folder: str) -> Iterator[None]:
     (`TMPDIR`, which they keep). So vLLM's rendezvous file (policy/vllm_teardown.py) and whatever else its processes
     write to the temp folder go with the engine's own folder: removed when the engine closes, and by the command's
     watchdog when the process was killed (its name carries the watchdog's marker,
-    `eppo_envs.tools.owner.owned_prefix`). torch's compile cache stays where it was (`TORCHINDUCTOR_CACHE_DIR`, unless
+    `eppo_envs.tools.teardown.owner.owned_prefix`). torch's compile cache stays where it was (`TORCHINDUCTOR_CACHE_DIR`, unless
     set): later starts reuse it."""
     pinned = {} if "TORCHINDUCTOR_CACHE_DIR" in os.environ else {"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
     previous = tempfile.tempdir
