@@ -1,10 +1,12 @@
-"""`eppo-train`: train (the default when only flags are given), plot, sft, pipeline, signal, study and study-report.
+"""`eppo-train`: train (the default when only flags are given), config, plot, sft, pipeline, signal, study and
+study-report.
 A thin dispatcher: each subcommand is an `add_<name>` (its arguments) and a `cmd_<name>` (the work), registered in
 `SUBCOMMANDS`.
 
     eppo-train --config tiny --set algo.name=grpo --set rollout.group_size=4
     eppo-train --resume runs/tiny
     eppo-train plot runs/tiny
+    eppo-train config --explain learner.lr
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from eppo_envs.core import TaskError
 from eppo_envs.core.pipes import stdout_closed
-from eppo_train.config import ConfigError, load_config, load_run_config
+from eppo_train.config import ConfigError, describe, load_config, load_run_config, to_dict
 from eppo_train.eval.group_signal import measure, measure_eval, table
 from eppo_train.pipeline import default_run_dir, run_pipeline
 from eppo_train.policy.engine import EngineError
@@ -46,6 +50,24 @@ _argv: list[str] = []  # the command line as given, for "start over with: ..."
 def _error(msg: str) -> int:
     print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 2
+
+
+# ---------------------------------------------------------------- config
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="a shipped config name or a YAML path (default: the defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key (repeatable)")
+    p.add_argument("--explain", nargs="?", const="", metavar="KEY",
+                   help="what each setting means (its type, default and help), or only KEY's (a section: all in it)")
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The resolved config as YAML, or with --explain the settings' help, read from the config's own fields."""
+    if args.explain is not None:
+        print(describe(args.explain or None))
+        return 0
+    print(yaml.safe_dump(to_dict(load_config(args.config, args.overrides)), sort_keys=False), end="")
+    return 0
 
 
 # ---------------------------------------------------------------- train
@@ -351,6 +373,8 @@ def cmd_study_report(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "train": ("train a policy (the default command)", add_train, cmd_train),
+    "config": ("print the resolved config, or with --explain [KEY] what each setting means", add_config,
+               cmd_config),
     "plot": ("write PNG plots of a run's metrics", add_plot, cmd_plot),
     "sft": ("supervised warm start on expert trajectories of every configured task", add_sft, cmd_sft),
     "study": ("losses x seeds (+ EPPO ablations) on one suite, one result file per run, resumable "

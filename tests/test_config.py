@@ -146,3 +146,45 @@ def test_a_negative_eval_every_is_one_line():
     with pytest.raises(ConfigError) as exc:
         load_config("tiny", ["run.eval_every=-1"])
     assert str(exc.value).startswith("run.eval_every: must be >= 0") and "\n" not in str(exc.value)
+
+
+def test_every_setting_carries_its_help_text():
+    from eppo_train.config import Config
+    from eppo_train.core.registry import explain
+
+    rows = list(explain(Config))
+    assert len(rows) > 80 and {"learner.lr", "pacing.lam", "env.tasks.N.id"} <= {r.key for r in rows}
+    missing = [r.key for r in rows if len(r.help.strip()) < 8]
+    assert not missing, f"settings without help text: {missing}"
+
+
+def test_config_explain_prints_a_key_a_section_and_loss_options(capsys):
+    from eppo_train.cli import main
+
+    assert main(["config", "--explain", "learner.lr"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["learner.lr  (float, default 1e-06)", "    AdamW learning rate"]
+    assert main(["config", "--explain", "pacing"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pacing:  ") and "pacing.lam  (float, default 0.5)" in out
+    assert main(["config", "--explain", "algo.options"]) == 0
+    assert "algo.options.ratio  (algo.name: clip_cov)  (float, default 0.0002)" in capsys.readouterr().out
+
+
+def test_config_explain_of_an_unknown_key_is_one_line_with_close_names(capsys):
+    from eppo_train.cli import main
+
+    assert main(["config", "--explain", "learner.lrr"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["eppo-train: error: unknown config key 'learner.lrr' (did you mean learner.lr, learner, "
+                   "learner.betas?)"]
+
+
+def test_config_prints_the_resolved_config_as_yaml(capsys):
+    import yaml
+
+    from eppo_train.cli import main
+
+    assert main(["config", "--config", "tiny", "--set", "learner.lr=0.5"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["learner"]["lr"] == 0.5 and data["run"]["name"] == "tiny"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eppo_train.core.records import Sample
-from eppo_train.core.registry import ConfigError, Registry, check_entry
+from eppo_train.core.registry import ConfigError, Registry, check_entry, setting
 
 EPS = 1e-6
 
@@ -117,8 +117,8 @@ def step_return(s: Sample, gamma: float) -> float:
 
 @dataclass
 class GigpoOptions:
-    weight: float = 1.0  # step-advantage weight
-    gamma: float = 0.95  # discount of the step returns
+    weight: float = setting(1.0, help="step-advantage weight")
+    gamma: float = setting(0.95, help="discount of the step returns")
 
     def __post_init__(self) -> None:
         if not 0 <= self.gamma <= 1:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from eppo_train.core.registry import ConfigError, Registry, check_entry
+from eppo_train.core.registry import ConfigError, Registry, check_entry, setting
 
 
 @dataclass
@@ -72,9 +72,9 @@ def ppo_clip(inp: LossInputs) -> LossOutput:
 
 @dataclass
 class ClipCovOptions:
-    ratio: float = 2e-4  # share of tokens detached
-    lb: float = 1.0  # covariance window (lb, ub) of the candidate tokens
-    ub: float = 5.0
+    ratio: float = setting(2e-4, help="share of tokens detached")
+    lb: float = setting(1.0, help="covariance window (lb, ub) of the candidate tokens")
+    ub: float = setting(5.0, help="upper end of the covariance window (see lb)")
 
     def __post_init__(self) -> None:
         if not 0 < self.ratio <= 1:
@@ -85,8 +85,8 @@ class ClipCovOptions:
 
 @dataclass
 class KlCovOptions:
-    ratio: float = 2e-3  # share of tokens penalised
-    coef: float = 1.0  # weight of |log r| on them
+    ratio: float = setting(2e-3, help="share of tokens penalised")
+    coef: float = setting(1.0, help="weight of |log r| on them")
 
     def __post_init__(self) -> None:
         if not 0 < self.ratio <= 1:  # past 1 the top-k asks for more tokens than the batch has, mid-run

@@ -21,21 +21,24 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from eppo_train.core.registry import setting
+
 PACING_VARIANTS = ("both", "high", "low", "target")  # pacing.variant
 
 
 @dataclass
 class PacingConfig:
-    variant: str = "both"  # PACING_VARIANTS: both | high | low | target
-    beta: float = 0.9  # EMA weight of the past
-    warmup: int = 2  # batches of a task at the base bounds (counted per task)
-    lam: float = 0.5  # lambda: the largest relative change of a bound
-    alpha: float = 2.0  # steepness of the sigmoid on the log-ratio z_k
-    eps_min: float = 0.05  # every paced bound is clamped to [eps_min, eps_max]
-    eps_max: float = 0.5
-    tau: float = 0.5  # spike threshold: H_k(t) > (1 + tau) * H^_k(t-1)
-    target_entropy: dict[str, float] = field(default_factory=dict)  # variant "target": task -> target nats
-    default_target: float = 0.5
+    variant: str = setting("both", help="PACING_VARIANTS: both | high | low | target")
+    beta: float = setting(0.9, help="EMA weight of the past")
+    warmup: int = setting(2, help="batches of a task at the base bounds (counted per task)")
+    lam: float = setting(0.5, help="lambda: the largest relative change of a bound")
+    alpha: float = setting(2.0, help="steepness of the sigmoid on the log-ratio z_k")
+    eps_min: float = setting(0.05, help="every paced bound is clamped to [eps_min, eps_max]")
+    eps_max: float = setting(0.5, help="upper clamp of every paced bound")
+    tau: float = setting(0.5, help="spike threshold: H_k(t) > (1 + tau) * H^_k(t-1)")
+    target_entropy: dict[str, float] = setting(factory=dict, help="variant 'target': task -> target nats")
+    default_target: float = setting(
+        0.5, help="variant 'target': the target entropy (nats) of a task not in target_entropy")
 
 
 @dataclass

@@ -23,6 +23,44 @@ class ConfigError(ValueError):
     """A user error in a config file or an override: the message is one line, fit to print as is."""
 
 
+def setting(default: Any = dataclasses.MISSING, *, help: str, factory: Callable[[], Any] | None = None) -> Any:
+    """A config field with its help text, which `eppo-train config --explain KEY` prints: `lr: float =
+    setting(1e-6, help="AdamW learning rate")`; `factory` for a mutable default (a list, a dict, a section)."""
+    if not help.strip():
+        raise ValueError("a setting needs its help text")
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class Explained:
+    key: str  # dotted, e.g. "learner.lr"
+    type: str
+    default: Any  # the dataclass default (a section: None)
+    help: str
+    section: bool  # a dataclass of settings itself
+
+
+def explain(cls: type, prefix: str = "") -> Iterator[Explained]:
+    """Every setting of the dataclass `cls` and of its sections, depth first, with its type, default and help."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        inner = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+        is_section = dataclasses.is_dataclass(inner)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING and not is_section:
+            default = f.default_factory()
+        else:
+            default = None
+        yield Explained(key, _type_name(tp), default, f.metadata.get("help", ""), is_section)
+        if is_section:
+            yield from explain(inner, f"{key}.N." if inner is not tp else f"{key}.")
+
+
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
