@@ -169,6 +169,9 @@ class LearnerConfig:
         2048, help="padded tokens per forward/backward (gradient accumulation over the rest)")
     mini_batches: int = setting(1, help="optimizer steps per epoch")
     epochs: int = setting(1, help="passes over each rollout batch")
+    staleness: int = setting(
+        0, help="k > 0: the generator samples iteration t with the weights after step t - k (one-step-off and "
+        "asynchronous trainers' lag); old log-probs are the sampling weights' exactly; 0: on-policy sampling")
     logit_chunk: int = setting(
         256, help="token positions per vocab projection (memory: chunk x vocab logits at a time)")
     bf16_autocast_cpu: bool = setting(
@@ -473,6 +476,7 @@ def validate(cfg: Config) -> None:
          "log-probs)")
     need(cfg.learner.micro_batch_tokens >= 16, "learner.micro_batch_tokens: must be >= 16")
     need(cfg.learner.mini_batches >= 1 and cfg.learner.epochs >= 1, "learner: mini_batches and epochs >= 1")
+    need(cfg.learner.staleness >= 0, f"learner.staleness: must be >= 0 iterations, got {cfg.learner.staleness}")
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in DTYPES, f"model.generator_dtype: one of {', '.join(DTYPES)}")

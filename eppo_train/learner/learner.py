@@ -7,7 +7,13 @@ One `train_step(samples)` per iteration:
      where a row's log-probs depend on the batch it runs in, the first step's ratios are exactly 1;
   2. `epochs` x `mini_batches` optimizer steps; each mini-batch is split into micro-batches under a padded-token
      budget and its gradient accumulated with weights computed over the whole mini-batch (exact accumulation);
-     grad-norm clipping, AdamW.
+     grad-norm clipping, AdamW. Per task it counts the tokens the clip acts on at each bound (`clip_low_frac`:
+     ratio < 1 - eps_low with a negative advantage; `clip_high_frac`: ratio > 1 + eps_high with a positive one)
+     and the ratio's spread, whatever the loss.
+With `staleness` = k > 0 the generator samples iteration t with the weights after step t - k (one-step-off and
+asynchronous trainers sample with stale weights): the learner keeps its last k + 1 trainable weights, hands the
+oldest to the generator (`sampling_weights`) and runs pass 1 with them, so the old log-probs are exactly the
+sampling policy's and the ratio measures how far the learner has moved since.
 Logits are only formed for the positions that predict a model token, a chunk of positions at a time (under
 activation checkpointing when gradients are needed), so the vocabulary-sized tensor never exists for the batch.
 With frozen bottom blocks (`train_top_layers`) and `cache_frozen`, pass 1 keeps each sample's hidden states at the
@@ -20,8 +26,9 @@ import copy
 import random
 import sys
 import time
-from collections import defaultdict
-from contextlib import nullcontext
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -172,6 +179,33 @@ def pad_tokens(rows: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return ids, attn, mask
 
 
+def ratio_diagnostics(logprobs: torch.Tensor, b: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per row of a padded micro-batch: tokens the PPO clip acts on at the lower bound (ratio < 1 - eps_low with a
+    negative advantage: pushing the ratio further down gains nothing) and at the upper bound (ratio > 1 + eps_high
+    with a positive advantage), the sum of |ratio - 1|, of the ratio and of its square, and the largest ratio. The
+    same numbers for every loss (for one without a clip, where the clip would have acted)."""
+    mask = b["mask"] > 0
+    ratio = torch.exp(logprobs - b["old"]).masked_fill(~mask, 1.0)
+    low = (ratio < 1.0 - b["lo"]) & (b["adv"] < 0) & mask
+    high = (ratio > 1.0 + b["hi"]) & (b["adv"] > 0) & mask
+    m = b["mask"]
+    return {"clip_low": low.sum(1).float(), "clip_high": high.sum(1).float(),
+            "ratio_dev": ((ratio - 1.0).abs() * m).sum(1), "ratio_sum": (ratio * m).sum(1),
+            "ratio_sq": (ratio.square() * m).sum(1), "ratio_max": ratio.masked_fill(~mask, 0.0).amax(1)}
+
+
+def _std(total: float, squares: float, n: float) -> float:
+    if n < 1:
+        return 0.0
+    mean = total / n
+    return float(max(squares / n - mean * mean, 0.0) ** 0.5)
+
+
+def _copy_into(params: Mapping[str, torch.nn.Parameter], values: Mapping[str, torch.Tensor]) -> None:
+    for name, value in values.items():
+        params[name].copy_(value.to(params[name].device, params[name].dtype))
+
+
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
     """Indices grouped (length-sorted) so that rows x longest row <= budget tokens; at least one row each."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -221,6 +255,9 @@ class Learner:
         self.pacer = EntropyPacer(cfg.pacing, self.eps_low, self.eps_high)
         self.rng = torch.Generator().manual_seed(cfg.run.seed)  # Clip-Cov's token choice, mini-batch shuffling
         self.step = 0
+        # the trainable weights after the last k + 1 steps, oldest first: [0] is what the generator samples with
+        self.history: deque[dict[str, torch.Tensor]] = deque([self.trainable_weights()],
+                                                             maxlen=cfg.learner.staleness + 1)
 
     # ------------------------------------------------------------------ helpers
     def _pad(self, samples: list[Sample], idx: list[int]) -> dict[str, torch.Tensor]:
@@ -313,7 +350,7 @@ class Learner:
         cached: dict[int, torch.Tensor] = {}  # sample -> [n, H] states entering block cache_from
         capture = capture_inputs(self.model, self.cache_from) if self.cache_from is not None else nullcontext([])
         self.model.eval()
-        with torch.no_grad(), capture as seen:
+        with torch.no_grad(), self._sampling_policy(), capture as seen:
             for idx in batches:
                 b = self._pad(samples, idx)
                 lp, ent = self._stats(self.model, b, grad=False)
@@ -374,16 +411,20 @@ class Learner:
                     loss = aggregate(out, token_weights(b["mask"], self.agg, total_tokens, float(len(mb))))
                     loss.backward()
                     loss_total += float(loss.detach())
+                    ratio = ratio_diagnostics(lp.detach(), b)
                     for r, i in enumerate(rows):
                         a = acc[samples[i].task]
                         a["clipped"] += float(out.clipped[r].sum())
                         a["kl"] += float(out.approx_kl[r].sum())
                         a["tokens"] += float(b["mask"][r].sum())
+                        for key, values in ratio.items():
+                            a[key] = max(a[key], float(values[r])) if key == "ratio_max" else a[key] + float(values[r])
                 params = [p for p in self.model.parameters() if p.requires_grad]
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, lc.max_grad_norm)))
                 self.optimizer.step()
                 losses.append(loss_total)
         self.step += 1
+        self.history.append(self.trainable_weights())
         elapsed = time.perf_counter() - t0
         all_tokens = sum(len(s.input_ids) for s in samples)
         per_task = {}
@@ -397,13 +438,23 @@ class Learner:
                 "eps_low": lo,
                 "eps_high": hi,
                 "clip_frac": a["clipped"] / max(a["tokens"], 1.0),
+                "clip_low_frac": a["clip_low"] / max(a["tokens"], 1.0),
+                "clip_high_frac": a["clip_high"] / max(a["tokens"], 1.0),
+                "ratio_dev": a["ratio_dev"] / max(a["tokens"], 1.0),
+                "ratio_std": _std(a["ratio_sum"], a["ratio_sq"], a["tokens"]),
+                "ratio_max": a["ratio_max"],
                 "approx_kl": a["kl"] / max(a["tokens"], 1.0),
                 "learner_tokens": tok[t],
             }
             if self.ref is not None:
                 per_task[t]["ref_kl"] = ref_kl_sum[t] / max(tok[t], 1.0)
+        every = {k: sum(a[k] for a in acc.values()) for k in ("clipped", "clip_low", "clip_high", "tokens")}
         metrics = {
             "loss": float(np.mean(losses)) if losses else 0.0,
+            "clip_frac": every["clipped"] / max(every["tokens"], 1.0),
+            "clip_low_frac": every["clip_low"] / max(every["tokens"], 1.0),
+            "clip_high_frac": every["clip_high"] / max(every["tokens"], 1.0),
+            "optimizer_steps": float(len(norms)),
             "grad_norm": float(np.mean(norms)) if norms else 0.0,
             "learner_time_s": elapsed,
             "learner_tokens": float(all_tokens),
@@ -417,8 +468,31 @@ class Learner:
 
     # ------------------------------------------------------------------ weights and checkpoints
     def trainable_weights(self) -> dict[str, torch.Tensor]:
-        """The parameters the optimizer changes, on CPU: what the generator needs after each step."""
+        """The parameters the optimizer changes, on CPU, as they are now."""
         return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def sampling_weights(self) -> dict[str, torch.Tensor]:
+        """What the generator samples the next batch with: the trainable weights after step `step - staleness`
+        (the start's while fewer steps were taken); the current ones when `staleness` is 0."""
+        return self.history[0]
+
+    @contextmanager
+    def _sampling_policy(self) -> Iterator[None]:
+        """The model holds the sampling weights inside the block (pass 1 then sees the policy that sampled the
+        batch), its own after; a no-op without staleness."""
+        behaviour = self.history[0]
+        if len(self.history) == 1:
+            yield
+            return
+        params = dict(self.model.named_parameters())
+        current = {n: params[n].detach().clone() for n in behaviour}
+        with torch.no_grad():
+            _copy_into(params, behaviour)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                _copy_into(params, current)
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -428,6 +502,7 @@ class Learner:
                 "step": self.step,
                 "optimizer": self.optimizer.state_dict(),
                 "pacer": self.pacer.state_dict(),
+                "history": list(self.history),
                 "rng": {
                     "torch": torch.get_rng_state(),
                     "learner": self.rng.get_state(),
@@ -455,6 +530,8 @@ class Learner:
         self.step = int(state["step"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.pacer.load_state_dict(state["pacer"])
+        self.history.clear()  # a checkpoint from before `staleness` existed holds no history: sample with its weights
+        self.history.extend(state.get("history") or [self.trainable_weights()])
         torch.set_rng_state(state["rng"]["torch"])
         self.rng.set_state(state["rng"]["learner"])
         random.setstate(state["rng"]["python"])

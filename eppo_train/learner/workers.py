@@ -137,7 +137,8 @@ class LearnerWorker:
         return self.learner.train_step(samples)
 
     def weights(self) -> dict[str, torch.Tensor]:
-        return self.learner.trainable_weights()
+        """What the generator samples the next batch with (learner.staleness: possibly older than the learner's)."""
+        return self.learner.sampling_weights()
 
     def save(self, path: str) -> None:
         self.learner.save(Path(path))
