@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from eppo_train.algos.advantages import estimator_options
-from eppo_train.algos.pacing import PACING_VARIANTS, PacingConfig
+from eppo_train.algos.pacing import PACING_REFERENCES, PACING_VARIANTS, PacingConfig
 from eppo_train.core.registry import ConfigError, Explained, build, explain, setting
 
 __all__ = ["Config", "ConfigError", "load_config", "save_config", "to_dict", "from_dict", "validate"]
@@ -436,7 +436,10 @@ def validate(cfg: Config) -> None:
         need(v is None or 0 < v < 1, f"algo.{k}: must be in (0, 1), got {v}")
     need(cfg.pacing.variant in PACING_VARIANTS,
          f"pacing.variant: {cfg.pacing.variant!r} (known: {', '.join(PACING_VARIANTS)})")
+    need(cfg.pacing.reference in PACING_REFERENCES,
+         f"pacing.reference: {cfg.pacing.reference!r} (known: {', '.join(PACING_REFERENCES)})")
     need(0 <= cfg.pacing.beta < 1, f"pacing.beta: must be in [0, 1), got {cfg.pacing.beta}")
+    need(0 <= cfg.pacing.self_beta <= 1, f"pacing.self_beta: must be in [0, 1], got {cfg.pacing.self_beta}")
     need(0 <= cfg.pacing.lam < 1, f"pacing.lam: must be in [0, 1), got {cfg.pacing.lam}")
     need(0 < cfg.pacing.eps_min <= cfg.pacing.eps_max < 1, "pacing: need 0 < eps_min <= eps_max < 1")
     # alpha < 0 would reverse the pacing (an over-confident task given the looser range); 0 turns it off

@@ -7,6 +7,7 @@ import pytest
 import eppo_envs
 import eppo_envs.example.bandit  # noqa: F401  (the learning test's bandit)
 import eppo_envs.example.guess_number  # noqa: F401  (registers the README's example task, like a user would)
+import eppo_envs.testbed  # noqa: F401  (the pace testbed, registered on import like a user's task)
 from eppo_envs.core import conformance
 
 
