@@ -84,7 +84,7 @@ def test_doc_command_parses_and_its_config_loads(where, argv):
 
 
 def test_the_make_table_lists_every_target():
-    # the table ends with "`make help` | this list"; five targets were missing from it
+    # the table ends with "`make help` | this list"; every target with a `##` help line is in it
     makefile = (README.parent / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z-]+):.*## ", makefile, re.M))
     section = README.read_text().split("## Make targets", 1)[1].split("\n## ", 1)[0]
@@ -157,7 +157,7 @@ def test_the_config_table_names_every_key(doc):
 
 
 def test_the_run_directory_section_names_what_the_trainer_writes():
-    # docs/training.md's "A run directory" left out placement.json (every Ray run writes it) and evals/
+    # docs/training.md's "A run directory" names every file the trainer writes (placement.json, evals/ included)
     root = README.parent
     names = set(re.findall(r'run_dir / "([^"]+)"', (root / "eppo_train" / "trainer.py").read_text()))
     section = (root / "docs" / "training.md").read_text().split("## A run directory", 1)[1].split("\n## ", 1)[0]
@@ -165,7 +165,7 @@ def test_the_run_directory_section_names_what_the_trainer_writes():
 
 
 def test_make_messages_quoted_in_the_docs_name_the_targets_recipe_line():
-    # docs/pipeline.md quoted `make: *** [Makefile:31: train] Interrupt`; the train recipe had moved to line 44
+    # e.g. docs/pipeline.md's `make: *** [Makefile:<line>: train] Interrupt`: the line must be the recipe's
     lines = (README.parent / "Makefile").read_text().splitlines()
     for doc in DOCS:
         for line, target in re.findall(r"Makefile:(\d+): ([\w-]+)\]", doc.read_text()):
