@@ -129,7 +129,10 @@ def test_alfworld_doc_eval_block_runs(tmp_path):
 
     block = next(b for b in re.findall(r"```bash\n(.*?)```", (README.parent / "docs" / "alfworld.md").read_text(),
                                        re.DOTALL) if "alf_listed" in b)
+    # the block's PYTHONPATH replaces the caller's: the checkout under test goes first, or an installed eppo_train
+    # answers (a broken `python -m eppo_train.eval` in a worktree passed here on the main checkout's code)
     script = (block.replace("/tmp/alfmod", str(tmp_path / "alfmod")).replace("runs/<run>/sft", "expert")
+              .replace("PYTHONPATH=", f"PYTHONPATH={README.parent}:")
               .replace("--episodes 32", "--episodes 1 --no-progress").replace("python -m", f"{sys.executable} -m"))
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)

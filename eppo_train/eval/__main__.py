@@ -2,6 +2,6 @@
 
 import sys
 
-from eppo_train.eval.cli.cli import main
+from eppo_train.eval.cli import main
 
 sys.exit(main())
