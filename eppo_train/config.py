@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from eppo_train.algos.advantages import estimator_options
+from eppo_train.algos.advantages import ESTIMATORS, estimator_options
 from eppo_train.algos.pacing import PACING_VARIANTS, PacingConfig
 from eppo_train.core.registry import ConfigError, Explained, build, explain, setting
 
@@ -502,7 +502,6 @@ def validate(cfg: Config) -> None:
 
 def _options_rows(key: str) -> list[Explained]:
     """`algo.options` / `algo.advantage_options`: every registered loss's (estimator's) own settings."""
-    from eppo_train.algos.advantages import ESTIMATORS
     from eppo_train.algos.losses import LOSSES  # loads torch: only when these keys are asked for
 
     registry = LOSSES if key == "algo.options" else ESTIMATORS
