@@ -96,7 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides += [f"ray.address={args.ray_address}", "ray.enabled=true"]
     if args.resume:
         run_dir = Path(args.resume)
-        if args.config:  # it was ignored: the run went on with its saved config, not the one the user named
+        if args.config:  # a resumed run goes on with its saved config: a --config here would be silently ignored
             return _error(f"--resume {run_dir} continues with the run's saved config; change keys with --set, "
                           "not --config")
         if not (run_dir / "config.yaml").is_file():
@@ -109,7 +109,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_run_config(run_dir / "config.yaml", overrides)
     else:
         # `default`, not the dataclasses' defaults: those name example/GuessNumber-v0 without the module that
-        # registers it, so a bare `eppo-train` was "unknown task 'example/GuessNumber-v0'"
+        # registers it, so a bare `eppo-train` would stop at "unknown task 'example/GuessNumber-v0'"
         cfg = load_config(args.config or "default", overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
     check_run_dir(cfg, bool(args.resume))
@@ -129,8 +129,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         init_ray(cfg.ray.address)
     if not args.resume:
 
-        # a wrong model.name now, before a local Ray starts (with sft.steps=0 it was told after Ray's start, and
-        # Ray's log of the cancelled actors followed the line); after the address check, which builds nothing
+        # a wrong model.name now, before a local Ray starts (after it, with sft.steps=0, Ray's log of the
+        # cancelled actors would follow the line); after the address check, which builds nothing
         check_model(cfg.model.name)
     # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
     progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from eppo_train.algos.advantages import estimator_options
+from eppo_train.algos.advantages import ESTIMATORS, estimator_options
 from eppo_train.algos.pacing import PACING_REFERENCES, PACING_VARIANTS, PacingConfig
 from eppo_train.core.registry import ConfigError, Explained, build, explain, setting
 
@@ -275,8 +275,8 @@ def to_dict(cfg: Any) -> dict:
     return plain(dataclasses.asdict(cfg))
 
 
-# Flat algo keys of configs saved before losses and estimators took their own options (old run dirs, --resume):
-# key -> (the loss or estimator it belonged to, its section, its new name).
+# Flat algo keys that older saved configs hold (run dirs, --resume), now options of their loss or estimator:
+# key -> (the loss or estimator it belongs to, its section, its name there).
 _FLAT_OPTIONS = {
     "clip_cov_ratio": ("clip_cov", "options", "ratio"), "clip_cov_lb": ("clip_cov", "options", "lb"),
     "clip_cov_ub": ("clip_cov", "options", "ub"), "kl_cov_ratio": ("kl_cov", "options", "ratio"),
@@ -293,7 +293,7 @@ def _upgrade(data: dict) -> dict:
     for key in set(algo) & set(_FLAT_OPTIONS):
         owner, section, name = _FLAT_OPTIONS[key]
         value = algo.pop(key)
-        if owner in (algo.get("name"), algo.get("advantage")):  # the others' settings never had an effect
+        if owner in (algo.get("name"), algo.get("advantage")):  # another loss's settings have no effect: dropped
             algo[section] = {**(algo.get(section) or {}), name: value}
     return {**data, "algo": algo}
 
@@ -346,7 +346,7 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 def parse_override(text: str) -> tuple[str, Any]:
     key, _, raw = text.partition("=")
-    if "=" not in text or not key.strip():  # "=5" was "unknown key  (known: ...)"
+    if "=" not in text or not key.strip():  # "=5" names no key: a format error, not an unknown key
         raise ConfigError(f"--set expects KEY=VALUE, got {text!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
@@ -373,7 +373,7 @@ def resolve_path(name_or_path: str) -> Path:
 def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except UnicodeDecodeError:  # a binary file given as --config: a traceback before this
+    except UnicodeDecodeError:  # a binary file given as --config
         raise ConfigError(f"{path}: not a UTF-8 text file (a YAML config is text)") from None
     except OSError as exc:  # unreadable (permissions, a folder, an I/O error)
         raise ConfigError(f"{path}: cannot read it ({exc.strerror or exc})") from None
@@ -451,8 +451,8 @@ def validate(cfg: Config) -> None:
     need(cfg.rollout.group_size >= 1, f"rollout.group_size: must be >= 1, got {cfg.rollout.group_size}")
     need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens: must be >= 1")
     need(cfg.rollout.temperature > 0, "rollout.temperature: must be > 0")
-    # Below: values that used to run as something else (0 turns as the default cap, -1 checkpoints as 1) or fail
-    # mid-run in a library (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init).
+    # Below: values that would otherwise run as something else (0 turns as the default cap, -1 checkpoints as 1)
+    # or fail mid-run in a library (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init).
     need(0 < cfg.rollout.top_p <= 1, f"rollout.top_p: must be in (0, 1], got {cfg.rollout.top_p}")
     need(cfg.rollout.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {cfg.rollout.max_turns}")
     need(cfg.rollout.max_total_tokens >= 1, f"rollout.max_total_tokens: must be >= 1, got {cfg.rollout.max_total_tokens}")
@@ -509,7 +509,6 @@ def validate(cfg: Config) -> None:
 
 def _options_rows(key: str) -> list[Explained]:
     """`algo.options` / `algo.advantage_options`: every registered loss's (estimator's) own settings."""
-    from eppo_train.algos.advantages import ESTIMATORS
     from eppo_train.algos.losses import LOSSES  # loads torch: only when these keys are asked for
 
     registry = LOSSES if key == "algo.options" else ESTIMATORS

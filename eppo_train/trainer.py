@@ -70,7 +70,7 @@ def _earlier(run_dir: Path, name: str) -> str:
 
 def _checkpoint_problem(path: Path) -> str | None:
     """What makes checkpoint `path` unloadable, read cheaply (safetensors headers, learner.pt's zip directory), or
-    None. A truncated file was a 50-line traceback from inside the learner actor."""
+    None. Unchecked, a truncated file is a 50-line traceback from inside the learner actor."""
     import zipfile
 
     from safetensors import SafetensorError, safe_open
@@ -102,7 +102,7 @@ def check_run_dir(cfg: Config, resume: bool) -> None:
         latest = latest_checkpoint(run_dir)
         if latest is None:
             marker = run_dir / "latest"
-            if marker.exists():  # it names a checkpoint that is gone or was cut short: "no checkpoint yet" misled
+            if marker.exists():  # it names a checkpoint that is gone or cut short: "no checkpoint yet" would mislead
                 name = marker.read_text().strip()
                 raise RunError(f"{marker} names {name!r}, which is not a whole checkpoint (no {run_dir}/checkpoints/"
                                f"{name}/trainer.json); {_earlier(run_dir, name)}")
@@ -144,7 +144,7 @@ class Trainer:
                   f"{self.cfg.run.iterations}", flush=True)
             return int(state["step"]), int(state["metrics_offset"])
         if holds_run(self.run_dir):
-            shutil.rmtree(self.run_dir)  # run.overwrite (check_run_dir refused otherwise)
+            shutil.rmtree(self.run_dir)  # run.overwrite (check_run_dir refuses otherwise)
         return 0, None
 
     def _save(self, workers, step: int, metrics: MetricsWriter, tokenizer) -> Path:

@@ -1,7 +1,8 @@
 """The layering, read from the source: no import circle inside `eppo_envs` or `eppo_train`, the wings of
 `eppo_train` in one order (a wing imports only the wings below it), no module under `eppo_envs/tools/` or
-`eppo_envs/core/` importing a task package, the envs never importing the learner, and internal imports at the
-top of a module unless the module they name loads a heavy or optional library.
+`eppo_envs/core/` importing a task package, the envs never importing the learner, internal imports at the
+top of a module unless the module they name loads a heavy or optional library, and docs/design.md's Architecture
+tree naming every module file (and no file that is gone).
 
 Every `import` counts: the deferred ones inside functions (a deferred import hides a circle, it does not remove
 it) and the ones under `if TYPE_CHECKING:` (a type-only circle is still two modules that need each other).
@@ -261,3 +262,52 @@ def test_the_config_and_the_algorithms_depend_one_way(graph):
         assert not {d for d in graph[module] if d == "eppo_train.config" or _rank(d) not in (None, 0, 1)}, module
     project = {d for d in graph["eppo_train.config"] if d.split(".")[0] in PACKAGES}
     assert project <= {"eppo_train.core.registry", "eppo_envs.core.registry"} | algos, sorted(project)
+
+
+# ---------------------------------------------------------------- docs/design.md's map names every module
+def _design_map() -> set[str]:
+    """The files docs/design.md's Architecture tree names, as paths from the repository root. The tree indents two
+    spaces a level; a line whose first word ends in `/` opens a folder (the `.py` words right after it are files
+    in it), a line whose first words end in `.py` names files of the folder it sits under; the rest of a line is
+    prose."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = text.split("## Architecture", 1)[1].split("```", 2)[1]
+    named: set[str] = set()
+    stack: list[tuple[int, str]] = []  # (indent, folder path) of the open folders
+    for line in block.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        indent = len(line) - len(line.lstrip())
+        files = words
+        if words[0].endswith("/"):
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, (stack[-1][1] if stack else "") + words[0]))
+            files = words[1:]
+        else:
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+        folder = stack[-1][1] if stack else ""
+        for word in files:
+            if not word.endswith(".py"):
+                break
+            named.add(folder + word)
+    return named
+
+
+def test_the_design_map_names_every_module_and_only_real_ones():
+    named = _design_map()
+    assert {"eppo_train/rollout/loop.py", "eppo_envs/tools/teardown/watchdog.py", "eppo_train/config.py"} <= named
+    folders = {str(Path(n).parent) for n in named}
+    missing = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.name == "__init__.py" and str(path.parent.relative_to(ROOT)) in folders | {package}:
+                continue  # a package's docstring, re-exports or register calls: its folder is on the map
+            if rel not in named:
+                missing.append(rel)
+    assert not missing, f"modules docs/design.md's Architecture tree does not name (add each under its folder): {missing}"
+    stale = sorted(n for n in named if not (ROOT / n).is_file())
+    assert not stale, f"docs/design.md's Architecture tree names files that do not exist: {stale}"

@@ -40,8 +40,8 @@ def test_bad_keys_and_values_are_one_line(override, words):
 
 
 @pytest.mark.parametrize("override, words", [
-    # each was accepted: some ran as another value (0 turns as the default cap, -1 checkpoints as 1), others
-    # failed mid-run with a library's traceback (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init)
+    # unchecked, some would run as another value (0 turns as the default cap, -1 checkpoints as 1), others fail
+    # mid-run with a library's traceback (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init)
     ("rollout.top_p=0", "rollout.top_p: must be in (0, 1]"),
     ("rollout.top_p=2", "rollout.top_p: must be in (0, 1]"),
     ("rollout.max_turns=0", "rollout.max_turns: must be >= 1"),
@@ -92,7 +92,7 @@ def test_unknown_config_name():
 
 
 def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path):
-    # was "no config file <folder>", which reads as if the path did not exist
+    # not "no config file <folder>", which reads as if the path did not exist
     with pytest.raises(ConfigError, match=r"is a folder; --config takes a YAML file"):
         load_config(str(tmp_path))
 
@@ -117,7 +117,7 @@ def test_a_config_saved_with_flat_loss_settings_still_loads(tmp_path):
 
 
 def test_a_bad_task_option_is_one_line_before_the_run():
-    # was a TypeError traceback from gymnasium once the first env was built, mid-run
+    # not a TypeError traceback from gymnasium once the first env is built, mid-run
     from eppo_train.rollout.task_slots import prepare_tasks
 
     with pytest.raises(ConfigError) as exc:
@@ -133,7 +133,7 @@ def test_a_bad_task_option_is_one_line_before_the_run():
     ("pacing.target_entropy={guess: 0.3}", "pacing.target_entropy: no task 'guess' (tasks: guess_small, guess_large)"),
 ])
 def test_a_bad_split_is_one_line_before_the_run(override, words):
-    # env.tasks[].split was a ValueError traceback at the first reset; evaluation.split's were never checked
+    # env.tasks[].split and evaluation.split: not a ValueError traceback at the first reset
     from eppo_train.rollout.task_slots import prepare_tasks
 
     with pytest.raises(ConfigError) as exc:

@@ -113,7 +113,7 @@ def test_env_kwargs_reach_the_task(tmp_path):
         (["--policy", "expert", "--import", "no_such_module_xyz"], "cannot import"),
         (["--policy", "expert", *TASK, "--samples", "4"], "needs a temperature > 0"),
         (["--policy", "expert", *TASK, "--samples", "0", "--temperature", "1"], "must be at least 1"),
-        # these ran as if the flag were absent (--max-turns 0: every task's own cap) or made empty episodes
+        # unchecked, these run as if the flag were absent (--max-turns 0: every task's own cap) or make empty episodes
         (["--policy", "expert", *TASK, "--max-turns", "0"], "--max-turns must be at least 1"),
         (["--policy", "expert", *TASK, "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--policy", "expert", *TASK, "--temperature", "-1"], "--temperature must be >= 0"),
@@ -132,7 +132,7 @@ def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
 
 
 def test_a_lost_worker_is_one_error_line_with_the_rerun_hint(monkeypatch, capsys):
-    # was "eppo-eval: WorkerLost: ...": the class name, no rerun hint, unlike eppo-train's line for the same event
+    # eppo-train's line for the same event, not "eppo-eval: WorkerLost: ..." (the class name, no rerun hint)
     import eppo_train.eval.cli as eval_cli
     from eppo_train.runtime.interrupt import WorkerLost
 
@@ -147,7 +147,7 @@ def test_a_lost_worker_is_one_error_line_with_the_rerun_hint(monkeypatch, capsys
 
 
 def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
-    # was gymnasium's "AgentEnv.__init__() got an unexpected keyword argument 'nokey' was raised from the
+    # not gymnasium's "AgentEnv.__init__() got an unexpected keyword argument 'nokey' was raised from the
     # environment creator for run/math-v0 with kwargs ({'nokey': 1})"
     assert main(["--policy", "expert", "--tasks", "math", "--episodes", "1", "--env-kwarg", "math.nokey=1",
                  "--no-progress"]) == 2
@@ -156,12 +156,12 @@ def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
 
 
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(tmp_path, capsys):
-    # a folder given as --json used to end, after the whole evaluation, in an IsADirectoryError traceback
+    # a folder given as --json: refused up front, not an IsADirectoryError traceback after the whole evaluation
     for flag in ("--json", "--transcripts"):
         assert main(["--policy", "expert", *TASK, "--episodes", "1", flag, str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
         assert f"{flag} {tmp_path}: is a directory" in err and "\n" not in err
-    # a path under a file was refused only after the whole evaluation (exit 1, the results lost)
+    # a path under a file: refused up front, not after the whole evaluation (exit 1, the results lost)
     (tmp_path / "a-file").write_text("")
     for flag in ("--json", "--transcripts"):
         bad = tmp_path / "a-file" / "sub" / "out.json"
@@ -174,8 +174,7 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(
 
 
 def test_the_progress_bar_is_redrawn_between_turns(capsys):
-    """One turn of `make eval` is one engine call of minutes; the bar (elapsed time included) used to stand still
-    until the turn ended."""
+    """One turn of `make eval` is one engine call of minutes; the bar (elapsed time included) moves during it."""
     import time
 
     from eppo_train.eval.cli import _Bar

@@ -57,11 +57,11 @@ def test_gpu_check_cpu_dry_run_with_the_bundle(tmp_path):
 
 
 def test_gpu_check_without_a_bundle_exits_0_when_it_passes(tmp_path):
-    # `make gpu-check ARGS=--cpu` here, where the venv has everything and no bundle was built: it printed
-    # "gpu_check: passed" and exited 1 (the EXIT trap's `[[ -n "" ]] && rm` set the status)
+    # `make gpu-check ARGS=--cpu` here, where the venv has everything and no bundle was built: "gpu_check: passed"
+    # and exit 0 (an EXIT trap's `[[ -n "" ]] && rm` would set the status to 1)
     env = {**os.environ, "PYTHON": sys.executable, "EPPO_GPU_BUNDLE": str(tmp_path / "no-bundle")}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", "--skip-train"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
     assert "gpu_check: passed" in done.stdout, (done.stdout + done.stderr)[-3000:]
     assert done.returncode == 0
-    assert "nan" not in done.stdout and "peak GPU memory" not in done.stdout  # was "peak GPU memory nan GiB" on CPU
+    assert "nan" not in done.stdout and "peak GPU memory" not in done.stdout  # no "peak GPU memory nan GiB" on CPU

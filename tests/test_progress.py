@@ -57,8 +57,8 @@ def test_the_evaluation_agent_is_named_for_these_lines_and_decodes_greedily():
 
 
 def test_the_rl_eta_leaves_out_the_trainers_start_up(tmp_path, monkeypatch):
-    # the watcher's clock started before Ray, the engine and the model: a tiny run's first line said "stage ETA 44s"
-    # for 2 iterations of 1 s each. Now: the first iteration's own time, then the time between iterations.
+    # the first iteration's own time, then the time between iterations: not the trainer's start-up (Ray, the engine,
+    # the model), which would put a tiny run's first line at "stage ETA 44s" for 2 iterations of 1 s each
     import json
 
     from eppo_train.report import progress as progress_module

@@ -193,7 +193,7 @@ TEMP_OWNER = textwrap.dedent("""
 def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
     """A model copy in /tmp (per Ray actor, as big as the model) and the learner's weights in /dev/shm (in RAM) are
     removed by their makers' `finally`, which a SIGKILL (the OOM killer, `ray.kill` of an actor still loading) never
-    runs: three 3.4 MB copies of a model were left in /tmp by interrupted runs on this machine in one hour."""
+    runs: the command's watchdog removes them then."""
     import tempfile
 
     (tmp_path / "owner.py").write_text(TEMP_OWNER)
@@ -222,7 +222,7 @@ def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
 
 def test_the_engine_socket_folder_fits_an_ipc_path(tmp_path, monkeypatch):
     """vLLM names its sockets "<folder>/<uuid4>" and ZeroMQ takes at most 107 bytes: under a long TMPDIR (pytest's
-    tmp_path) with a watchdog's marker in the name, the engine did not start ("longer than 107 characters")."""
+    tmp_path) with a watchdog's marker in the name, the engine would not start ("longer than 107 characters")."""
     import tempfile
 
     from eppo_envs.tools.teardown import watchdog
@@ -246,7 +246,7 @@ def test_the_engine_socket_folder_fits_an_ipc_path(tmp_path, monkeypatch):
 
 def test_an_owned_folder_in_tmp_is_removed_under_another_temp_folder(tmp_path, monkeypatch):
     """Under a long TMPDIR (pytest's tmp_path) the engine's socket folder, with vLLM's rendezvous file in it, is made
-    in /tmp (6e3d5b6); the watchdog looked in the temp folder only and left it behind when the engine was killed."""
+    in /tmp; the watchdog looks there too, so the folder goes when the engine is killed."""
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -145,8 +145,8 @@ def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
 
 def test_an_env_worker_killed_by_a_signal_is_one_warning_line_and_no_ray_report(ray_session, capfd):
     """`kill -9` (or the OOM killer) on an env worker: the rollout goes on (replayed), and the user reads one line
-    saying so. Ray's raylet published its own report of the death, which its driver printed on stdout a second or
-    so later, whatever the command was printing then: a paragraph of lease and worker ids and an OOM how-to (or,
+    saying so. Ray's raylet publishes its own report of the death, which its driver would print on stdout a second
+    or so later, whatever the command is printing then: a paragraph of lease and worker ids and an OOM how-to (or,
     for a dead raylet, its last 20 log lines), after eppo-train's one-line error as often as before it."""
     import os
     import signal
@@ -176,8 +176,8 @@ def test_an_env_worker_killed_by_a_signal_is_one_warning_line_and_no_ray_report(
 @pytest.mark.parametrize("failure", ["no node in time", "dies too"])
 def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypatch, failure):
     """Replacing a dead env worker can fail: no node hosts the new one in time, or it dies too (its node, or the
-    raylet, is gone). These were a RuntimeError and Ray's ActorDiedError, not `WorkerLost`: eppo-train printed
-    tracebacks instead of its one line with the resume hint."""
+    raylet, is gone). Either is `WorkerLost` (not a RuntimeError or Ray's ActorDiedError), so eppo-train prints its
+    one line with the resume hint, not a traceback."""
     from eppo_train.runtime.interrupt import WorkerLost
 
     pool = RayEnvPool(1)

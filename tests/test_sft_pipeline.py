@@ -82,7 +82,7 @@ def test_sft_cli_writes_a_loadable_model(tmp_path: Path):
 
 
 def test_sft_cli_tells_an_interrupt_where_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # a Ctrl-C during `eppo-train sft` said "interrupted at start-up" at any step
+    # a Ctrl-C during `eppo-train sft` names the step, not "interrupted at start-up" at any step
     import eppo_train.sft
     from eppo_train.cli import main
     from eppo_train.runtime import interrupt
@@ -152,7 +152,7 @@ def test_pipeline_resumes_after_the_last_finished_stage(tmp_path: Path):
 def test_make_train_pipeline_end_to_end_on_vllm(tmp_path: Path):
     """The `make train` pipeline config, shrunk (1 problem per task, 4 evaluation episodes, 4 SFT steps, 2 RL
     iterations), on the embedded default model with the vLLM engine for evaluation and RL rollouts.
-    Measured 2026-12-01 on the loaded 2-core machine (load ~13): 35 min, most of it four engine starts."""
+    On the loaded 2-core machine (load ~13) it takes ~35 min, most of it four engine starts."""
     from eppo_train.cli import main
 
     run = tmp_path / "run"

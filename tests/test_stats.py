@@ -19,7 +19,7 @@ from eppo_train.core.stats import (
 
 
 def test_wilson_holds_its_own_rate_at_every_count():
-    # 4 of 4 gave (0.51, 0.9999999999999999): an interval that excludes the observed rate
+    # unclamped, 4 of 4 gives (0.51, 0.9999999999999999): an interval that excludes the observed rate
     for n in range(1, 130):
         for k in range(n + 1):
             lo, hi = wilson(k, n)

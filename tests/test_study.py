@@ -148,8 +148,8 @@ def test_report_from_hand_made_result_files(tmp_path: Path):
 
     report = write_report(results, tmp_path / "study.md")
     text = report.read_text()
-    # the same result files give the same bytes (the line said when the report was written: every
-    # `make study-report` changed the committed report), dated by the newest run
+    # the same result files give the same bytes (a line saying when the report was written would change the
+    # committed report at every `make study-report`), dated by the newest run
     assert write_report(results, tmp_path / "study.md").read_text() == text
     assert "the newest run begun 2026-12-01 00:00 UTC. Do not edit by hand." in text
     assert "| grpo | 0, 1 | 0.12 ± 0.18 | 0.50 ± 0.00 | **0.31 ± 0.09** | 1.50 ± 0.71 | 2.00 ± 1.41 |" in text
@@ -241,7 +241,7 @@ def test_study_warm_start_is_the_one_its_committed_runs_began_from():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # 2026-12-01, 2 cores: 220 s at load ~4 (SFT cached), over 15 min at load ~12
+@pytest.mark.timeout(2400)  # 2 cores: 220 s at load ~4 (SFT cached), over 15 min at load ~12
 def test_experiment_quick_end_to_end(tmp_path: Path):
     from eppo_train.cli import main
 
@@ -267,7 +267,7 @@ def test_a_field_added_later_with_default_none_is_not_a_change_but_a_list_item_i
 
 
 def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
-    """A machine whose SFT came out with other weights evaluates its own start model (start-model-<sha12>.json);
+    """A machine whose SFT comes out with other weights evaluates its own start model (start-model-<sha12>.json);
     the report pairs every run with its own start, not with the first one."""
     from eppo_train.study.record import START_FILE, load_results, load_starts, start_path
     from eppo_train.study.report import write_report
@@ -361,7 +361,7 @@ def test_committed_study_runs_match_the_shipped_study_config():
 
 
 def test_a_wrong_sft_folder_is_one_line_before_anything_is_written(tmp_path: Path, capsys):
-    # plan.json (and the results folder) were written before the --sft check
+    # nothing written (plan.json, the results folder) before the --sft check
     from eppo_train.cli import main
 
     out = tmp_path / "study"

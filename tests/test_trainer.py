@@ -83,7 +83,7 @@ def test_an_engine_that_cannot_run_here_is_one_line(tmp_path, capsys):
 
     if torch.cuda.is_available():
         pytest.skip("CUDA's vLLM kernels take the tiny model's head size")
-    # was a 40-line EngineProcessError traceback after vLLM's start
+    # one line, not a 40-line EngineProcessError traceback after vLLM's start
     assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "model.backend=vllm",
                  "--set", "sft.steps=0", "--set", "ray.enabled=false"]) == 2
     err = capsys.readouterr().err
@@ -91,8 +91,8 @@ def test_an_engine_that_cannot_run_here_is_one_line(tmp_path, capsys):
 
 
 def test_the_warm_start_and_every_iteration_are_progress_lines(tmp_path, monkeypatch, capsys):
-    """`eppo-train` used to print nothing between Ray's start-up line and `run written to`: minutes of silence
-    while an SFT warm start was built, hours over a long run."""
+    """`eppo-train` prints progress between Ray's start-up line and `run written to`, not minutes of silence while
+    an SFT warm start is built, hours over a long run."""
     monkeypatch.setenv("EPPO_CACHE_DIR", str(tmp_path / "cache"))  # an SFT model not built before
     args = ["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "ray.enabled=false",
             "--set", "run.iterations=2", "--set", "sft.steps=3", "--set", "run.plots=false"]

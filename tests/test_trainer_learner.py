@@ -217,8 +217,8 @@ def _first_step_ratios(learner: Learner, batch: list[Sample]) -> list[float]:
 @pytest.mark.parametrize("top", [0, 1])  # 1: the optimizer passes run the top block from the cached states
 def test_old_logprobs_come_from_the_batches_the_optimizer_passes_run(model_path, monkeypatch, top):
     # Under bf16 autocast a row's log-probs depend on the batch it runs in (padding width, matmul shapes): old
-    # log-probs from one big no-grad batch made the ratios of the first, on-policy step differ from 1 by up to 0.2
-    # on SmolLM2, where the clip then acts on rounding noise. The no-grad pass must run the very micro-batches of
+    # log-probs from one big no-grad batch would make the ratios of the first, on-policy step differ from 1 by up to
+    # 0.2 on SmolLM2, where the clip then acts on rounding noise. The no-grad pass must run the very micro-batches of
     # the first epoch, so with the weights kept (lr 0) every ratio of every mini-batch is exactly 1.
     import eppo_train.learner.learner as learner_module
 

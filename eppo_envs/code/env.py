@@ -4,7 +4,8 @@ The model answers with a fenced python block. All tests pass: reward 1, episode 
 test and its error come back for another attempt (up to `max_attempts`); `info["pass_fraction"]` reports the
 share of passing tests. The last test the model has not been shown stays hidden (only the pass count comes back),
 so a win never rests on tests it was shown alone: HumanEval/29, /34 and /35 have one or two tests, and a reply
-returning the revealed expected value won them on the next attempt. Turns without a complete fenced block are invalid and never start a sandbox run.
+returning the revealed expected value would win them on the next attempt. Turns without a complete fenced block are
+invalid and never start a sandbox run.
 Splits: `test` is HumanEval's 164 problems; `train` the generated problems (levels 1-4, selectable).
 """
 

@@ -138,7 +138,8 @@ class AgentEnv(gym.Env[str, str]):
         if self._ended:  # as Gymnasium: a terminated episode takes no more steps
             raise ResetNeeded(f"{self.task}: the episode has terminated; call reset() before step()")
         result = self.transition(clip(action))
-        # said here, naming the hook: the fields were read below as "'tuple' object has no attribute 'terminated'"
+        # said here, naming the hook: else reading the fields below fails as "'tuple' object has no attribute
+        # 'terminated'"
         if not isinstance(result, StepResult):
             raise TaskError(f"{type(self).__name__}.transition returned {_shape(result)}; return a StepResult"
                             "(observation, reward, terminated, won, action_valid, info)")

@@ -33,8 +33,8 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
 )
 COMMAND_TIMEOUT_S = 60  # no WebDriver call may hang longer than this
-# quit() of a browser that stopped answering: urllib3 retried it ~4 times at the command timeout (a frozen Chromium
-# held one step, and the rollout batch with it, for 313 s); past this, its processes are killed instead
+# quit() of a browser that stopped answering: urllib3 retries it ~4 times at the command timeout (a frozen Chromium
+# would hold one step, and the rollout batch with it, for ~5 min); past this, its processes are killed instead
 QUIT_TIMEOUT_S = 5
 PAGE_TIMEOUT_S = 20
 

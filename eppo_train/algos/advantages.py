@@ -168,8 +168,8 @@ register_estimator("gigpo", EstimatorSpec(gigpo, GigpoOptions))
 
 
 def _checked_values(name: str, values: object, samples: list[Sample]) -> dict[int, float]:
-    """An estimator's result is one line naming it when it is not a finite number for every sample it was given: a
-    KeyError or a NaN advantage reached the learner before, and NaN trains silently into the weights."""
+    """An estimator's result is one line naming it when it is not a finite number for every sample it was given:
+    unchecked, a missing sample is a KeyError in the learner, and a NaN advantage trains silently into the weights."""
     form = f"advantage estimator {name!r}"
     if not isinstance(values, dict):
         raise ConfigError(f"{form} returned {type(values).__name__}; return {{id(sample): advantage}} for every sample")

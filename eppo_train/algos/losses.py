@@ -168,9 +168,9 @@ def token_weights(mask: Tensor, agg: str, total_tokens: float, total_seqs: float
 
 
 def checked_output(name: str, out: object, like: Tensor) -> LossOutput:
-    """A loss that returns something else than `LossOutput` of [B, T] tensors is one line naming the loss: a tuple
-    was an AttributeError inside the learner, a scalar `per_token` silently broadcast over the batch's weights, and
-    a detached one a backward error."""
+    """A loss that returns something else than `LossOutput` of [B, T] tensors is one line naming the loss: unchecked,
+    a tuple is an AttributeError inside the learner, a scalar `per_token` silently broadcasts over the batch's
+    weights, and a detached one is a backward error."""
     if not isinstance(out, LossOutput):
         raise ConfigError(f"loss {name!r} returned {type(out).__name__}; return LossOutput(per_token, clipped, "
                           f"approx_kl), each a tensor of the batch's shape [B, T]")

@@ -81,7 +81,7 @@ def _sync(device: str) -> None:
 
 
 def _peak_gib(device: str) -> float | None:
-    """None on CPU: nothing measures it there (it printed "peak GPU memory nan GiB", and the JSON held NaN)."""
+    """None on CPU: nothing measures it there (a NaN would print as "peak GPU memory nan GiB" and land in the JSON)."""
     import torch
 
     return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None

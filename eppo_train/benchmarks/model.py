@@ -67,8 +67,8 @@ def measure_learner(model: str, shape: BatchShape, overrides: tuple[str, ...], r
     """Tokens (prompt + completion, every row) per second of `Learner.train_step`, one value per repetition.
 
     The first step is run untimed (allocator and optimizer-state warm-up), as TRL's is in trl_ref.py. A progress
-    line (under `section`, naming `label`) at the load and after every step: on the default model a section is
-    minutes that printed nothing until its figures.
+    line (under `section`, naming `label`) at the load and after every step: on the default model a section takes
+    minutes, which would otherwise print nothing until its figures.
     """
     key = (model, shape, overrides, reps)
     if key in _cache:

@@ -69,7 +69,7 @@ def make_train_workload(
 def _turn_lines(where: str) -> Callable[[RolloutTick], None]:
     """One progress line per turn of a repetition (an HF repetition of the make-train workload takes ~13 min)."""
     def tick(t: RolloutTick) -> None:
-        if t.final:  # the last turn's line said it already
+        if t.final:  # the last turn's line says it already
             return
         rate = t.tokens / t.generation_seconds if t.generation_seconds > 0 else 0.0
         note("rollout", f"{where}: turn {t.turn}, episodes {t.done}/{t.total}, {t.tokens:,} new tokens, "

@@ -142,7 +142,7 @@ def context(args: argparse.Namespace) -> BenchContext:
 
 
 def reps_note(ctx: BenchContext) -> str:
-    """The table title's repetitions, as the sections count them (a '--reps 1' table said 'median of 3 runs')."""
+    """The table title's repetitions, as the sections count them (a '--reps 1' table says 'median of 1 run')."""
     reps = ctx.reps()
     return f"{reps} run{'s' if reps > 1 else ''}" + (", --quick" if ctx.quick else "")
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}")
         return 2
-    if args.reps is not None and args.reps < 1:  # 0 made every figure a ZeroDivisionError, exit 0
+    if args.reps is not None and args.reps < 1:  # 0 would make every figure a ZeroDivisionError, exit 0
         console.print(f"[red]--reps must be at least 1[/red], got {args.reps}")
         return 2
     names = [s for s in wanted if s not in skip]
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     with guard("eppo-bench", lambda: hint):
         ctx = context(args)
         problem = check_inputs(names, ctx)
-        if problem:  # a typo ran every section as an n/a row, exit 0, and replaced the last results file with them
+        if problem:  # else a typo runs every section as an n/a row, exit 0, replacing the last results file
             console.print(f"[red]{problem}[/red]")
             return 2
         info = machine()

@@ -2,7 +2,7 @@
 
 A rename within one folder is atomic, so a reader (a resumed run, a study that skips finished runs) sees the old
 content or the new one, never an empty or truncated file: `Path.write_text` truncates first, and a Ctrl-C or
-SIGTERM that lands between its truncate and its write left a run's `latest` marker empty."""
+SIGTERM that lands between its truncate and its write would leave a run's `latest` marker empty."""
 
 from __future__ import annotations
 

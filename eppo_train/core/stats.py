@@ -8,7 +8,7 @@ metrics all call these.
 - `wilson`: a 95 % interval for a success rate. Unlike the normal approximation it stays inside [0, 1] and is
   not degenerate at 0/n or n/n.
 - `bootstrap_mean`: a percentile-bootstrap interval for a mean (rewards, turns). It lies inside the range of the
-  data, so a reward in [0, 1] gets an interval in [0, 1] (the normal interval went negative at low success).
+  data, so a reward in [0, 1] gets an interval in [0, 1] (the normal interval goes negative at low success).
 - `paired_bootstrap_diff`: the interval of mean(b) - mean(a) when a[i] and b[i] are the same instance (same task,
   same seed) scored at two stages. Resampling the instances, not each side separately, removes the
   between-instance variance that both stages share, so a real improvement is seen with far fewer episodes.
@@ -62,7 +62,7 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # exact in theory, not in floating point: 4 of 4 gave an upper bound of 0.9999999999999999, below its own rate
+    # exact in theory, not in floating point: 4 of 4 gives an upper bound of 0.9999999999999999, below its own rate
     return max(0.0, min(centre - half, p)), min(1.0, max(centre + half, p))
 
 

@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 class _Bar:
     """One tqdm bar over every episode of the evaluation: done/total, new tokens/s, ETA. Redrawn every `every_s`
     seconds between ticks too: ticks come once a turn, and one turn of `make eval` (every live episode in one engine
-    call) takes minutes on CPU, during which the bar, elapsed time included, stood still."""
+    call) takes minutes on CPU, during which the bar, elapsed time included, would otherwise stand still."""
 
     def __init__(self, total: int, enabled: bool, every_s: float = 10.0) -> None:
         import threading
@@ -138,8 +138,9 @@ def _unwritable(path: Path) -> bool:
 
 
 def _device_problem(device: str | None) -> str | None:
-    """Why `--device` cannot be used here, or None. `--device cuda` on a CPU-only torch was an AssertionError
-    traceback ("Torch not compiled with CUDA enabled") from the model load, a misspelt one torch's RuntimeError."""
+    """Why `--device` cannot be used here, or None. Unchecked, `--device cuda` on a CPU-only torch is an
+    AssertionError traceback ("Torch not compiled with CUDA enabled") from the model load, a misspelt one torch's
+    RuntimeError."""
     if device is None:
         return None
     import torch
@@ -156,8 +157,8 @@ def _device_problem(device: str | None) -> str | None:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Refuse what would run as something else than asked (--max-turns 0 meant each task's own cap, a negative
-    temperature greedy decoding) or fail only after the evaluation (an output path that is a folder)."""
+    """Refuse what would run as something else than asked (--max-turns 0 as each task's own cap, a negative
+    temperature as greedy decoding) or fail only after the evaluation (an output path that is a folder)."""
     problems = [
         (args.max_turns is not None and args.max_turns < 1, "--max-turns must be at least 1"),
         (args.max_new_tokens < 1, "--max-new-tokens must be at least 1"),
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
     spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split,
                     args.max_turns, args.max_new_tokens, args.max_total_tokens, args.temperature, args.top_p,
                     args.seed, args.samples, args.batch_size, args.workers, args.ray_address)
-    if args.split:  # before the model loads: a wrong split was the env's error after it, under the progress bar
+    if args.split:  # before the model loads: else a wrong split is the env's error after it, under the progress bar
 
         for env_id in spec.tasks:
             check_split(env_id, args.split, "--split")

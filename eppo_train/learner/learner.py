@@ -336,7 +336,7 @@ class Learner:
         # The first epoch's mini-batches and their micro-batches are drawn now, and the no-grad pass runs exactly
         # those: under bf16 autocast a row's log-probs depend on the batch it is computed in (padding width and
         # matmul shapes change the rounding; measured up to 0.2 nats on SmolLM2), so old log-probs from other
-        # batches made the first, on-policy step's ratios differ from 1 and the clip act on that noise.
+        # batches would make the first, on-policy step's ratios differ from 1 and the clip act on that noise.
         first = self._epoch_plan(samples)
         batches = [[mb[j] for j in idx] for mb, micro in first for idx in micro]
         self._bounds: dict[str, tuple[float, float]] = {}

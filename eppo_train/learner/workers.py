@@ -70,7 +70,7 @@ def _node_local(files: Mapping[str, bytes] | None, prefix: str) -> Iterator[str 
     """Shipped files in a fresh node-local folder while a model loads from it (None when nothing was shipped).
 
     The folder goes when the block ends: nothing reads it once the model is loaded, and an actor ends by `ray.kill`,
-    which runs none of its clean-up (left there, every run kept a copy of the model per actor in /tmp)."""
+    which runs none of its clean-up (left there, every run would keep a copy of the model per actor in /tmp)."""
     if files is None:
         yield None
         return

@@ -36,8 +36,9 @@ class SamplingParams:
 
 
 # Requests of one call get seeds `seed * _SEED_STRIDE + i`: distinct within the call, and never reused by another call
-# whose seed differs (the rollout samples turn t with seed + t; `seed + i` gave turn t's request i + 1 the stream of
-# turn t + 1's request i). The product stays far inside the 64 bits torch's generators and the OpenAI API take.
+# whose seed differs (the rollout samples turn t with seed + t; `seed + i` would give turn t's request i + 1 the
+# stream of turn t + 1's request i). The product stays far inside the 64 bits torch's generators and the OpenAI API
+# take.
 _SEED_STRIDE = 1_000_003
 
 

@@ -41,7 +41,7 @@ class EngineSpec:
     seed: int = 0
     # vLLM on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE, unless already set); None: enough for `max_sequences`
     # whole sequences (kv_cache_gib). Too small a cache drops the earlier turns' blocks and re-prefills every
-    # transcript each turn: with 2 GiB in float32 an ALFWorld turn of 64 episodes took twice as long by turn 4
+    # transcript each turn: with 2 GiB in float32 an ALFWorld turn of 64 episodes takes twice as long by turn 4
     kv_cache_gb: float | None = None
     max_sequences: int = 80  # episodes generated in one call (the pipeline: 80 in RL, 64 in evaluation)
     gpu_memory_utilization: float = 0.3  # vLLM on CUDA: the learner shares the device
@@ -154,7 +154,7 @@ def kv_cache_warning(spec: EngineSpec, gib: int) -> str | None:
     """One line when `gib` is less than the whole batch needs, else None. Such a cache drops earlier turns' blocks:
     they are prefilled again (slower), and a prompt prefilled whole rather than from cached blocks gets different
     bf16 rounding, so near-tie greedy replies can differ from a run with the full cache (measured: the same WebShop
-    evaluation moved on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
+    evaluation moves on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
     need = kv_cache_needed_gib(spec)
     if gib >= need:
         return None

@@ -3,10 +3,10 @@
 Why a child of our own rather than vLLM's default (engine core in a process of vLLM's, requests sent one by one):
 - Reproducible: vLLM's engine core starts stepping while a call's requests are still arriving, so which prompts
   share a forward pass, and the bf16 rounding with it, depends on timing; the same greedy WebShop evaluation on a
-  loaded machine moved on 3 of 64 instances (docs/bench.md). With the core in process (vLLM's own recipe,
-  `VLLM_ENABLE_V1_MULTIPROCESSING=0`) a call is queued whole before the first step: three runs at load 2 to 5.4
-  were bit-identical.
-- Faster on 2 cores: no front-end process competing with the model's threads; make-train's rollout workload ran at
+  loaded machine moves on 3 of 64 instances (docs/bench.md). With the core in process (vLLM's own recipe,
+  `VLLM_ENABLE_V1_MULTIPROCESSING=0`) a call is queued whole before the first step, and runs at load 2 to 5.4 are
+  bit-identical.
+- Faster on 2 cores: no front-end process competing with the model's threads; make-train's rollout workload runs at
   ~390-404 new tokens/s against ~300 (docs/bench.md).
 - But not in *our* process: there vLLM's start scans every loaded module and fails once numba is imported (the
   SearchQA retriever `bm25s` imports it: `'_lib_fn_wrapper' object has no attribute 'get'`), binds the process's

@@ -59,9 +59,9 @@ class OpenAIChat(ChatBackend):
             "top_p": params.top_p,
         }
         if params.seed is not None:  # one seed per conversation: with one for all, a server that honours seeds
-            body["seed"] = request_seed(params.seed, index)  # gave the k samples of an instance the same reply
+            body["seed"] = request_seed(params.seed, index)  # would give the k samples of an instance one reply
         # No `stop` in the request: the API drops the stop string it matched from the reply, so "<action>go
-        # north</action>" came back as "<action>go north", an unclosed tag every task refuses, where the HF and vLLM
+        # north</action>" comes back as "<action>go north", an unclosed tag every task refuses, where the HF and vLLM
         # backends keep it. The reply is cut after its first stop string here instead (`_cut`).
         headers = {"Content-Type": "application/json"}
         if self.api_key:

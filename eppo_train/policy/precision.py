@@ -1,8 +1,8 @@
 """Which float type runs fast on this machine: bf16 only where the hardware multiplies bf16 natively.
 
-A CPU without AVX512-BF16 or AMX (an AVX2-only AMD EPYC, say) emulates bf16: measured on such a 2-core machine,
-a 1024^3 matmul ran at 0.9 GFLOP/s in bf16 against 102 in float32, and vLLM generated ~18 new tokens/s in bf16
-against ~98 in float32 on the make-train rollout (docs/bench.md). So `dtype: auto` (the shipped configs' choice)
+A CPU without AVX512-BF16 or AMX (an AVX2-only AMD EPYC, say) emulates bf16: on such a 2-core machine a 1024^3
+matmul runs at 0.9 GFLOP/s in bf16 against 102 in float32, and vLLM generates ~18 new tokens/s in bf16 against
+~98 in float32 on the make-train rollout (docs/bench.md). So `dtype: auto` (the shipped configs' choice)
 means bf16 on a GPU with bf16 and on a CPU with native bf16, float32 elsewhere, and the learner's CPU bf16 autocast
 is a speed option that applies only where it is one.
 """

@@ -88,7 +88,7 @@ class Progress:
         rate_text = f" | {tokens / seconds:.0f} new tok/s" if seconds >= 0.1 else ""
         eta = ""
         # Episodes are played in lockstep chunks and the one-turn ones finish first, so the rate over the first
-        # few says nothing of the rest ("stage ETA 161m" after 1 of 320 episodes of a stage that took 2m40s): the
+        # few says nothing of the rest ("stage ETA 161m" after 1 of 320 episodes of a stage that takes 2m40s): the
         # ETA waits for a fifth of the stage, by when at least one chunk of 64 has been played out.
         if stage_eta and total / 5 <= done < total:
             eta = f" | stage ETA {_fmt_s(seconds / done * (total - done))}"
@@ -131,7 +131,7 @@ class Progress:
         interrupt.set_where(1, f"step {done}/{steps}")
         self._where = f"step {done}/{steps}"
         # Timed from the end of the first step: the stage's demo episodes and model load before it are no step's
-        # time (counted in, they put step 1's ETA at several times the stage's rest). Step 1 has no ETA yet.
+        # time (counted in, they would put step 1's ETA at several times the stage's rest). Step 1 has no ETA yet.
         now = time.perf_counter()
         if done == 1 or self._steps_t0 is None:
             self._steps_t0, eta = now, ""
@@ -144,7 +144,7 @@ class Progress:
                      first_s: float) -> None:
         """Iteration `step` done; `started` is when the watcher saw this run's first iteration (`first_step`), which
         took `first_s`: the ETA counts iterations only, with their checkpoints and evaluations, not the trainer's
-        start-up (Ray, engine, model: counted in, the first ETA of a 3-iteration tiny run was 44 s for 2 s)."""
+        start-up (Ray, engine, model: counted in, the first ETA of a 3-iteration tiny run would be 44 s for 2 s)."""
         step = int(record["step"])
         if step < total:
             interrupt.set_where(1, f"iteration {step + 1}/{total}")

@@ -270,7 +270,7 @@ class RayEnvPool(EnvPool):
                     if time.monotonic() >= deadline:
                         raise
                     # a local Ray whose raylet died has no node left: nothing will ever host the replacement
-                    # (eppo-eval waited the whole respawn_timeout_s, then blamed the resources)
+                    # (waiting the whole respawn_timeout_s would then blame the resources)
                     if not self._node_alive():
                         raise WorkerLost(f"env worker {w} died with its Ray node (the raylet ended) and no node "
                                          "is left to host a replacement") from None

@@ -1,9 +1,9 @@
 """Ray's GCS (its `gcs_server`, the cluster's control process) dying under a command: one line in seconds.
 
-Why: nothing the command does shows the loss. Actor calls go straight to the actors, so a run went on as if nothing
-had happened; then, 60 s later (Ray's `gcs_rpc_server_reconnect_timeout_s`), Ray's GCS client in the driver ended the
+Why: nothing the command does shows the loss. Actor calls go straight to the actors, so a run goes on as if nothing
+had happened; then, 60 s later (Ray's `gcs_rpc_server_reconnect_timeout_s`), Ray's GCS client in the driver ends the
 process with `std::_Exit(1)` from one of its threads: no line, no resume hint, no clean-up but the watchdog's
-(measured 2026-12-06: `eppo-train --config tiny` with a local Ray, `kill -9` of gcs_server after the first checkpoint).
+(timings in docs/cluster.md).
 Lowering that setting only makes the same silent exit come sooner. So a thread here connects to the GCS's port every
 PROBE_S; once it has not answered for `grace_s`, `interrupt.lose` stops the command the way a Ctrl-C does (finally
 blocks, Ray's processes ended), with the reason as its error line and exit 1.

@@ -9,10 +9,10 @@ A library may catch the KeyboardInterrupt and carry on (vLLM's engine start does
 so the interrupt is raised again every `RESEND_S` until `guard()`'s own cleanup has begun.
 
 Child processes that print their own shutdown story (vLLM's engine core and its workers: "Worker proc died
-unexpectedly", a dump of the engine's config and scheduler, `RuntimeError: cancelled`, about 40 lines measured
-2026-12-04 on a SIGINT during a generate call) are started inside `relayed_child_output()`: what they write passes
-through this process, which relays it until the interrupt arrives and drops it from then on, so the one line stays
-the last and only thing the user reads.
+unexpectedly", a dump of the engine's config and scheduler, `RuntimeError: cancelled`: about 40 lines on a SIGINT
+during a generate call) are started inside `relayed_child_output()`: what they write passes through this process,
+which relays it until the interrupt arrives and drops it from then on, so the one line stays the last and only thing
+the user reads.
 
 `lose(reason)` stops the command the same way from another thread, for a death that no call of the main thread
 would report in time (Ray's GCS: eppo_train/runtime/gcs_watch.py): the same clean-up, then `<prog>: error: <reason>; <hint>`
@@ -38,7 +38,7 @@ from eppo_envs.tools.teardown import watchdog
 EXIT_INTERRUPTED = 130
 EXIT_LOST = 1  # a component died under the command (WorkerLost, lose())
 # What stops a guarded command with its one line: Ctrl-C, SIGTERM, and SIGHUP (its terminal or ssh session closed;
-# the default action ended the command at once, exit 129, no line and no clean-up but the watchdog's).
+# the default action ends the command at once, exit 129, no line and no clean-up but the watchdog's).
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
@@ -85,8 +85,8 @@ def _raise_interrupt(signum: int, frame) -> None:
 def _resend(signum: int) -> None:
     """Raise the interrupt again every RESEND_S until guard() is cleaning up (it then ignores the signal). Why: code
     that catches KeyboardInterrupt would otherwise lose it — vLLM's engine start does (its `zmq_socket_ctx` swallows
-    it, then the client waits up to 10 minutes for the engine's ready message): a SIGTERM during `make train`'s first
-    minute went unanswered until the engine had started (measured 2026-12-03: 130 s)."""
+    it, then the client waits up to 10 minutes for the engine's ready message), so a single SIGTERM during an
+    engine's start goes unanswered until the engine is up (docs/pipeline.md, Interrupts)."""
     while not _unwinding.wait(RESEND_S):
         signal.pthread_kill(threading.main_thread().ident, signum)
 
@@ -94,7 +94,7 @@ def _resend(signum: int) -> None:
 _guarding = threading.Event()  # set while a guard() body runs
 _lost: list[str] = []  # why lose() stopped the command: guard() says it as its error line
 # After lose(), between SIGTERM and SIGKILL of what is left: with the GCS dead, Ray's raylet and actors spend a
-# SIGTERM trying to reach it (all still alive 5 s later, measured 2026-12-06), and nothing of a run lives in them.
+# SIGTERM trying to reach it (still alive 5 s later), and nothing of a run lives in them.
 LOST_GRACE_S = 1.0
 
 
@@ -120,9 +120,9 @@ def lose(reason: str) -> bool:
 def ray_init_signals() -> Iterator[None]:
     """Wrap `ray.init`: it takes SIGTERM from guard() twice over. While it starts, its Python handler turns SIGTERM
     into `sys.exit(15)` (a SystemExit that guard() does not handle); once connected, its core worker's C++ failure
-    handler dumps a stack and aborts (exit 134, "*** SIGTERM received ***", Ray's processes left to the watchdog:
-    measured 2026-12-06 on eppo-train --config tiny and eppo-eval --workers 2). Inside guard() the exit is the
-    interrupt, and guard()'s handlers are put back afterwards (Python's signal.signal replaces the C++ one too)."""
+    handler dumps a stack and aborts (exit 134, "*** SIGTERM received ***", Ray's processes left to the watchdog).
+    Inside guard() the exit is the interrupt, and guard()'s handlers are put back afterwards (Python's signal.signal
+    replaces the C++ one too)."""
     try:
         yield
     except SystemExit as exc:
@@ -166,8 +166,8 @@ def reap_children(timeout: float = 5.0) -> None:
 
 def _quiet_cleanup() -> None:
     """Shut Ray down if this process started it (its workers would otherwise outlive us), without its logs.
-    Not after lose(): what died may be Ray's GCS, and Ray's shutdown then waits on it (7 s measured 2026-12-06) and
-    kills the raylet before its own children, which reap_children() then no longer finds; it ends them all."""
+    Not after lose(): what died may be Ray's GCS, and Ray's shutdown then waits on it (~7 s) and kills the raylet
+    before its own children, which reap_children() then cannot find; it ends them all."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized() and not _lost:
         try:

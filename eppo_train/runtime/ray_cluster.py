@@ -48,7 +48,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
 # (`kill -9`, the OOM killer): its driver prints them on stdout, whenever they arrive, as a paragraph ("A worker
 # died...", with lease and worker ids and an OOM how-to) or as the raylet's last 20 log lines. The command says each
 # such death itself in one line (`lost()` for the generator and learner, `RayEnvPool` for a replaced env worker), so
-# Ray's report came as a second story, after the command's one line as often as before it.
+# Ray's report would be a second story, after the command's one line as often as before it.
 RAY_DEATH_REPORTS = ("A worker died or was killed", "Raylet is terminated")
 
 
@@ -89,7 +89,7 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
     with conn:
         first = _first_bytes(conn, timeout_s)
     # A GCS is a gRPC server: its first bytes are an HTTP/2 SETTINGS frame (type 4). Anything else (the dashboard's
-    # port 8265, a web server) kept Ray's client retrying for minutes, a C++ warning a second, before its error.
+    # port 8265, a web server) keeps Ray's client retrying for minutes, a C++ warning a second, before its error.
     if first and (len(first) < 4 or first[3] != 4):
         raise ConfigError(f"ray.address {address!r}: something answers there, but not a Ray cluster (it sent "
                           f"{first[:16]!r}); give the GCS address `ray start --head` prints (port 6379 by default, "

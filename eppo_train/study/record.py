@@ -97,7 +97,7 @@ def build_record(run: StudyRun, cfg: Config, start: dict, metrics: list[dict], r
 
 START_FILE = "start-model.json"  # the start model's evaluation: not a run, the baseline every run is paired with
 # A machine whose SFT comes out with other weights (CPU kernels differ between machines: the same demos and loss
-# curve gave another sha256 on a new machine) evaluates its own start model into `start-model-<sha12>.json`, and
+# curve give another sha256 on another machine) evaluates its own start model into `start-model-<sha12>.json`, and
 # the report pairs each run with the start model it began from.
 START_PREFIX = "start-model"
 
@@ -197,9 +197,9 @@ def _task_ids(records: list[dict]) -> dict[str, str]:
 def reward_drift(records: list[dict]) -> list[RewardDrift]:
     """Tasks whose evaluations in `records` were scored by an earlier reward revision than the task has today.
 
-    A record from before revisions were recorded (2026-12-07; the study of 2026-12-01/02) counts as revision 1:
-    its rewards were those before every listed change. A task that is not registered here, or keeps no revision,
-    is not judged."""
+    A record without revisions (they are recorded from 2026-12-07 on; the study of 2026-12-01/02 has none) counts as
+    revision 1: its rewards are those before every listed change. A task that is not registered here, or keeps no
+    revision, is not judged."""
 
     ids = _task_ids(records)
     drift = []

@@ -193,7 +193,7 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
               say: Callable[[str], None] = print) -> Path:
     """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
 
-    # before anything is written: a wrong --sft left a plan.json (and its folders) behind its error
+    # before anything is written: else a wrong --sft leaves a plan.json (and its folders) behind its error
     if sft_dir and not (Path(sft_dir) / "config.json").is_file():
         raise ConfigError(f"--sft: {sft_dir} is not a model folder (no config.json)")
     write_plan(plan, paths.results)

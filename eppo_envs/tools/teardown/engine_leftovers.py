@@ -9,7 +9,7 @@
   nobody closed: the next `gc.collect()` (or an automatic collection) hangs the process.
 - The engine's rendezvous file (`engine_temp`): vLLM's executor names torch.distributed's `FileStore`
   `<temp folder>/vllm_dist_<uuid4>` (~2.4 KB); only the engine's clean shutdown removes it, so every SIGKILLed engine
-  (`kill -9`, the OOM killer) left one in /tmp, with nothing in its name to tell the watchdog whose it was.
+  (`kill -9`, the OOM killer) would leave one in /tmp, with nothing in its name to tell the watchdog whose it is.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def owned_prefix(prefix: str) -> str:
     the command's watchdog once the command has ended, however it ended. Why: a maker killed before its clean-up
     (`kill -9`, the OOM killer, a Ray actor ended by `ray.kill` or killed while loading) leaves it behind, and some are
     big (a model copy per actor in /tmp; the learner's weights in /dev/shm, in RAM; a Chromium profile that a dying
-    Chromium rewrote after its browser's reaper had removed it). Outside a watched command (no marker: a test, a
+    Chromium rewrites after its browser's reaper has removed it). Outside a watched command (no marker: a test, a
     library user) the prefix is unchanged."""
     tags = os.environ.get(OWNER_TAG_ENV, "").split()
     if not prefix.startswith("eppo-") or not tags:

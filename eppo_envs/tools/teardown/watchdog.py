@@ -2,8 +2,8 @@
 
 Why it exists: `interrupt.guard()` cleans up on Ctrl-C and SIGTERM, but a process that is SIGKILLed (the kernel's
 OOM killer, `kill -9`) or crashes runs no code at all. Its children (vLLM's EngineCore and workers, a Ray raylet,
-Chromium, env hosts) are re-parented to init and keep running: one OOM kill of `make train` left 3.8 GB of vLLM
-processes behind for 7 minutes. A parent-death signal (`PR_SET_PDEATHSIG`) cannot fix that: each child has to ask
+Chromium, env hosts) are re-parented to init and keep running (after an OOM kill of `make train`, 3.8 GB of vLLM
+processes, for minutes). A parent-death signal (`PR_SET_PDEATHSIG`) cannot fix that: each child has to ask
 for it itself, it fires when the parent *thread* exits, and vLLM, Ray and Chromium start their own processes.
 
 So `start()` (called by `guard()`, once per process) launches this file as a small process of its own, in its own
@@ -250,7 +250,7 @@ def unlink_orphaned_shm(since: float, wait_s: float = 0.0) -> list[str]:
     process holds, looking again for up to `wait_s` while some are still held; the names removed. Why: a segment
     outlives its processes until someone unlinks it, and a SIGKILLed (or interrupted) vLLM engine leaves its
     160-250 MB message-queue segments behind, in RAM; the `resource_tracker` that would unlink them is one of the
-    processes the sweep ends. (Measured: right after the sweep, the engine's dying processes still held them.)"""
+    processes the sweep ends. (Right after the sweep, the engine's dying processes may still hold them.)"""
     removed: list[str] = []
     deadline = time.monotonic() + wait_s
     while True:
