@@ -73,3 +73,17 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def task_means(records: list[dict], keys: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per task, the mean over the iterations that logged it of each of `keys` (a task or key never logged is
+    left out)."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        for task, values in r.get("tasks", {}).items():
+            for k in keys:
+                v = values.get(k)
+                if isinstance(v, int | float) and math.isfinite(v):
+                    sums.setdefault(task, {}).setdefault(k, []).append(float(v))
+    return {t: {k: sum(v) / len(v) for k, v in per.items()} for t, per in sorted(sums.items())}
+

@@ -190,8 +190,9 @@ def evaluate_start(cfg: Config, model: str, start: dict, slots: list[TaskSlot], 
 
 
 def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str, sft_dir: str | None = None,
-              say: Callable[[str], None] = print) -> Path:
-    """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
+              say: Callable[[str], None] = print, sections: list[tuple[str, Path]] | None = None) -> Path:
+    """Run every planned run that has no result file yet, then rebuild the report (of `sections`, each a title and
+    a results folder; default: this study's alone); returns the report's path."""
 
     # before anything is written: else a wrong --sft leaves a plan.json (and its folders) behind its error
     if sft_dir and not (Path(sft_dir) / "config.json").is_file():
@@ -231,4 +232,4 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         progress.done(paths.results)
     else:
         say("study: every run is done; rebuilding the report from the result files")
-    return write_report(paths.results, paths.report)
+    return write_report(sections or [(paths.results.name, paths.results)], paths.report)
