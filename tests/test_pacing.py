@@ -202,3 +202,21 @@ def test_study_dynamics_count_by_the_fixed_definition():
     d = count([{"a": 1.0, "b": 0.5}, {"a": 0.4, "b": 0.5}, {"a": 0.1, "b": 0.5}, {"a": 1.0, "b": 0.5}])
     assert d.crossover_steps == [3, 4] and d.spikes_by_task == {"a": 1}
     assert (d.crossovers, d.spikes) == (2, 1)  # t4: a~ 0.7 > b~ 0.5 flips back
+
+
+def test_pacer_replay_tells_task_identity_from_following_entropy():
+    from eppo_train.algos.pacing import PacingConfig
+    from eppo_train.study.pacer_replay import response
+
+    # constant, different entropies: c_k is a constant per task (all of its variance is task identity)
+    steady = [[{"a": 0.1, "b": 0.4}] * 8]
+    r = response(steady, PacingConfig(warmup=0))
+    assert r.task_share == pytest.approx(1.0) and r.within_sd == pytest.approx(0.0) and r.order == 1.0
+    # a's entropy halves and recovers while b's stays: under the log-space reference c_a falls and rises with it
+    # (c_b moves the other way with b's entropy unchanged, which keeps the pooled correlation below 1)
+    moving = [[{"a": h, "b": 0.4} for h in (0.4, 0.2, 0.1, 0.2, 0.4, 0.2, 0.1, 0.2)]]
+    r = response(moving, PacingConfig(warmup=0, beta=0.0, reference="geomean"))
+    assert 0.5 < r.follow < 1 and r.within_sd > 0.05 and r.task_share < 0.5
+    # a self baseline with no change in the entropies leaves c at 1 throughout
+    flat = response(steady, PacingConfig(warmup=0, reference="self"))
+    assert flat.within_sd == pytest.approx(0.0)
