@@ -69,7 +69,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
 
     monkeypatch.setattr(GuessNumberEnv, "reward_changes", ("2026-12-07: a guess out of range loses",))
     shutil.rmtree(paths.work)
-    (report.parent / "figures" / "success.png").unlink()
+    (report.parent / "figures" / "results-success.png").unlink()
     capsys.readouterr()
     assert main(["study", "--quick", "--algos", "grpo,eppo", "--seeds", "1", "--ablations", "none",
                  "--out", str(paths.work), "--results", str(paths.results), "--report", str(report),
@@ -79,7 +79,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     assert ("study: warning: guess_small's reward has changed since eppo-seed0, grpo-seed0, start-model were "
             "scored (revision 1 there, 2 now)") in out
     assert not paths.work.exists()
-    assert (report.parent / "figures" / "success.png").exists()
+    assert (report.parent / "figures" / "results-success.png").exists()
     text = report.read_text()
     assert ("- **guess_small** (`example/GuessNumber-v0`, revision 2 today): revision 1 in every result file. "
             "Changed since:\n  - 2026-12-07: a guess out of range loses") in text
