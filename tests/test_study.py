@@ -381,3 +381,23 @@ def test_committed_study_runs_match_their_shipped_study_config():
         assert stale_results(load_config(study.config), plan, results, Path("runs/x")) == {}, study.name
         if results.is_dir():
             assert reward_drift([*load_results(results), *load_starts(results).values()]) == [], study.name
+
+
+def test_the_committed_studies_plan_and_config():
+    """`make experiment` runs the pace testbed (10 seeds x 4 losses, 10 pacing ablations x 3 seeds) and then the
+    suite (3 seeds x 4 losses), in the regime where the clip acts (several steps per batch, stale sampling)."""
+    from eppo_train.config import load_config
+    from eppo_train.study.plan import ABLATIONS, OFFICIAL
+
+    testbed, suite = OFFICIAL
+    plan = testbed.plan()
+    assert len(plan) == 4 * 10 + len(ABLATIONS) * 3 and len(ABLATIONS) == 10
+    assert [r.name for r in plan[:5]] == ["grpo-seed0", "dapo-seed0", "eppo-seed0", "clip_cov-seed0", "grpo-seed1"]
+    assert plan[40].name == "eppo-high-seed0" and plan[50].name == "eppo-high-seed1"  # ablations seed-major too
+    assert [r.name for r in suite.plan()][-1] == "clip_cov-seed2" and len(suite.plan()) == 12
+    for study in OFFICIAL:
+        cfg = load_config(study.config)
+        steps = cfg.learner.mini_batches * cfg.learner.epochs
+        assert steps >= 4 and cfg.learner.staleness >= 1, study.name  # off-policy: the clip bound can act
+        assert study.results.parts[-2:] == ("study", study.name)
+    assert [t.name for t in load_config("study-testbed").env.tasks] == ["echo", "add", "sort", "guess"]
