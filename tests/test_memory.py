@@ -153,3 +153,15 @@ def test_release_returns_freed_heap_pages():
     finally:
         for pin in pins:
             libc.free(pin)
+
+
+def test_labels_of_processes_gone_are_forgotten():
+    """The labels and fallback peaks are kept per pid: a pid no longer under the driver is dropped at the next
+    sample (a long run starts thousands of sandboxes; a pid can be reused by another process)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    memory.name_process(gone.pid, memory.ENGINE)
+    account = MemoryAccount()
+    account._seen_peak[gone.pid] = 1
+    account.sample()
+    assert gone.pid not in memory._named and gone.pid not in account._seen_peak

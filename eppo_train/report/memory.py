@@ -142,6 +142,10 @@ class MemoryAccount:
             else:
                 owner[p.pid], kind[p.pid] = p.pid, label
             listed.append(p)
+        alive = {p.pid for p in listed}  # what gone processes left behind goes (a pid may be reused)
+        for table in (_named, self._seen_peak):
+            for pid in [pid for pid in table if pid not in alive]:
+                del table[pid]
         names: dict[int, str] = {}
         by_label: dict[str, list[int]] = defaultdict(list)
         for start, label in sorted(kind.items()):
