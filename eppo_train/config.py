@@ -87,7 +87,7 @@ class ModelConfig:
     kv_cache_gb: float | str = setting(
         "auto",
         help="vLLM on CPU: KV-cache memory in GiB; auto: enough to keep every episode of a batch cached across "
-        "turns (policy/engine.py kv_cache_gib), within 40 % of the free memory")
+        "turns (policy/engine.py kv_cache_bytes), within 40 % of the free memory")
 
 
 @dataclass

@@ -35,6 +35,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     assert grpo["resumed_from_step"] == 1 and eppo["resumed_from_step"] == 0
     for rec, algo in ((grpo, "grpo"), (eppo, "eppo")):
         assert rec["algo"] == algo and rec["config"]["algo"]["name"] == algo and rec["command"] == "pytest"
+        assert rec["memory_peak_gb"]["total"] >= rec["memory_peak_gb"]["driver"] > 0.1  # the run's peak RSS
         assert [it["step"] for it in rec["iterations"]] == [1, 2]
         assert set(rec["iterations"][0]["tasks"]) == {"guess_small", "guess_large"}
         for v in rec["iterations"][-1]["tasks"].values():

@@ -12,7 +12,8 @@ from eppo_train.report.metrics import read_metrics
 TASK_KEYS = {"success", "reward", "response_length", "entropy", "entropy_ema", "eps_low", "eps_high",
              "clip_frac", "approx_kl", "adv_mean", "adv_std", "zero_var_frac"}
 RUN_KEYS = {"rollout_tokens_per_s", "learner_tokens_per_s", "env_time_share", "loss", "grad_norm",
-            "entropy_crossovers", "entropy_spikes"}
+            "entropy_crossovers", "entropy_spikes", "mem_total_gb", "mem_total_peak_gb", "mem_driver_gb",
+            "mem_driver_peak_gb"}
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 # Importing the section modules registers them, in this order (cheap ones first).
-from eppo_train.benchmarks import envs, model, rollout_engines, tools, trl_ref  # noqa: F401
+from eppo_train.benchmarks import envs, memory, model, rollout_engines, tools, trl_ref  # noqa: F401
 from eppo_train.benchmarks.common import SECTIONS, BenchContext, Figure, failed
 from eppo_train.benchmarks.envs import registered_envs
 from eppo_train.policy.models import ModelNotFoundError, resolve_model

@@ -26,6 +26,13 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _tag(key: str) -> str:
+    """The TensorBoard tag of an iteration scalar: memory (report/memory.py) under `memory/`, the rest `train/`."""
+    if key.startswith(("mem_", "cuda_")):
+        return f"memory/{key.removeprefix('mem_')}"
+    return f"train/{key}"
+
+
 class MetricsWriter:
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_offset: int | None = None,
                  resume_step: int | None = None) -> None:
@@ -55,7 +62,7 @@ class MetricsWriter:
         if self.tb is not None:
             for k, v in scalars.items():
                 if isinstance(v, int | float) and math.isfinite(v):
-                    self.tb.add_scalar(f"train/{k}", v, step)
+                    self.tb.add_scalar(_tag(k), v, step)
             for task, values in tasks.items():
                 for k, v in values.items():
                     if isinstance(v, int | float) and math.isfinite(v):

@@ -14,6 +14,7 @@ from typing import Any
 
 from eppo_train.config import Config
 from eppo_train.core.stats import Interval, paired_bootstrap_mean_diff, stratified_bootstrap_mean, wilson
+from eppo_train.report.memory import summary_lines
 from eppo_train.report.metrics import read_metrics, task_means
 
 COLUMNS = (("eval_base", "before SFT"), ("eval_sft", "after SFT"), ("eval_rl", "after RL"))
@@ -185,6 +186,10 @@ def write_summary(run_dir: Path, cfg: Config, done: dict[str, Any]) -> Path:
                   if s.get("success", 0.0) > done["eval_base"]["tasks"].get(t, {}).get("success", 0.0)]
         text.append(f"Tasks where SFT beats the base model: {len(better)} of {len(done['eval_sft']['tasks'])} "
                     f"({', '.join(better) or 'none'}).")
+    memory_lines = summary_lines({k: v.get("memory", {}) for k, v in done.items() if isinstance(v, dict)},
+                                 read_metrics(Path(run_dir) / "rl"))
+    if memory_lines:
+        text += ["", *memory_lines]
     path = Path(run_dir) / "summary.md"
     path.write_text("\n".join(text) + "\n")
     return path
