@@ -9,12 +9,14 @@ from typing import Any
 
 import eppo_envs
 from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core.tools import Tool
 
 
 class SortEnv(AgentEnv):
     task = "sort"
     tool_tags = ("answer",)
     action_hint = "Reply with <answer>LETTERS</answer>, the letters in alphabetical order with no spaces."
+    tools = (Tool("answer", "Give the sorted letters.", (("letters", "the letters in alphabetical order, no spaces"),), "<answer>{letters}</answer>"),)
 
     def __init__(self, split: str = "train", letters: int = 5, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
