@@ -29,8 +29,24 @@ from tool_templates import TEMPLATES, tool_model_dir  # noqa: E402
 SEARCH = Tool("search", "Search.", (("query", "what"),), "<search>{query}</search>")
 ANSWER = Tool("answer", "Answer.", (("answer", "the answer"),), "<answer>{answer}</answer>")
 TOOLS = (SEARCH, ANSWER)
-# Llama 3's turn markers are single special tokens in its own tokenizer; over SmolLM2's they are added as such
+# Llama 3's turn markers are single special tokens in its own tokenizer; over SmolLM2's they are added as such, and
+# its pre-tokenizer split (from Llama 3's tokenizer.json) replaces SmolLM2's GPT-2 one: under GPT-2's, "\n\n" at the
+# end of a prompt is one piece and "\n\n{" in the whole text two, a boundary Llama 3's own tokenizer does not have
+# (its `\s*[\r\n]+` keeps "\n\n" whole before anything)
 LLAMA_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"]
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _llama3_style(tokenizer):
+    from tokenizers import Regex, pre_tokenizers
+
+    tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIALS})
+    tokenizer.eos_token = "<|eot_id|>"
+    tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return tokenizer
 
 
 # ------------------------------------------------------------------ the env side
@@ -110,10 +126,7 @@ def _tokenizer(base, tmp: Path, name: str):
 
     path = tool_model_dir(base, tmp / name, TEMPLATES[name]) if name in TEMPLATES else base
     tokenizer = load_tokenizer(str(path))
-    if name == "llama31":
-        tokenizer.add_special_tokens({"additional_special_tokens": LLAMA_SPECIALS})
-        tokenizer.eos_token = "<|eot_id|>"
-    return tokenizer
+    return _llama3_style(tokenizer) if name == "llama31" else tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +230,8 @@ def test_expert_transcript_equals_the_whole_conversation(tokenizers, name, env_i
     assert _check(tokenizer, result, tools, structured=True) == 2
     assert _check(tokenizer, result, tools, structured=False) == 2
     reply = result.episodes[0].turns[0].action
-    assert reply.startswith("<tool_call>" if name == "qwen25" else '{"name": "answer"') or "<think>" in reply
+    # the template's own syntax (Llama 3.1's drops the text beside a call, the expert's <think> included)
+    assert reply.startswith(("<tool_call>", "<think>") if name == "qwen25" else '{"name": "')
 
 
 SCRIPTS = {
@@ -225,7 +239,7 @@ SCRIPTS = {
                "<answer>3</answer>", '<tool_call>{"name": "answer", "arguments": {"number": "7", "x": "1"}}'
                "</tool_call>", "<tool_call>{bad</tool_call>",
                '<tool_call>{"name": "answer", "arguments": {"number": 25}}</tool_call>'],
-    "llama31": ['{"name": "answer", "parameters": {"number": "50"}}', "I do not know", '{"name": "answer", ',
+    "llama31": ['{"name": "answer", "parameters": {"number": "50"}}', "I do not know", '{"name": "answer",',
                 '<|python_tag|>{"name": "answer", "parameters": {"number": 30}}'],
 }
 
@@ -233,7 +247,9 @@ SCRIPTS = {
 @pytest.mark.parametrize("name", ["qwen25", "llama31"])
 def test_sampled_transcript_equals_the_whole_conversation(tokenizers, name):
     """Replies as a model writes them, valid calls and broken ones mixed: the same equality, with each reply kept
-    as written (a broken one is answered by a user message, a call by a tool message)."""
+    as written (a broken one is answered by a user message, a call by a tool message). No reply ends in whitespace:
+    Llama 3.1's template trims a message's content, so re-rendering such a reply would not give what was sampled
+    (the transcript keeps what was sampled, in both formats)."""
     tokenizer = tokenizers[name]
     result = _rollout(Scripted(tokenizer, SCRIPTS[name]), "example/GuessNumber-v0", tools=True, max_turns=5)
     valid = [t.action_valid for t in result.episodes[0].turns]
@@ -366,6 +382,7 @@ def test_a_run_refuses_a_template_without_tools_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # an SFT step took a minute on the shared 2-core machine under load
 def test_tiny_model_trains_and_evaluates_in_the_tools_format(tmp_path, tiny_dir, capsys):
     """`make train ARGS="--model PATH --set env.action_format=tools"` in small: the SFT warm start on the expert's
     calls in the template's syntax, then RL iterations, then `eppo-eval` of the model in the tools format."""
@@ -374,7 +391,7 @@ def test_tiny_model_trains_and_evaluates_in_the_tools_format(tmp_path, tiny_dir,
 
     model = tool_model_dir(tiny_dir, tmp_path / "qwen-style-tiny", TEMPLATES["qwen25"])
     sets = [f"model.name={model}", "env.action_format=tools", f"run.out_dir={tmp_path / 'runs'}", "ray.enabled=false",
-            "run.iterations=2", "sft.steps=30", "sft.episodes=2", "rollout.max_new_tokens=40"]
+            "run.iterations=2", "sft.steps=4", "sft.batch_size=4", "sft.episodes=2", "rollout.max_new_tokens=40"]
     assert train_main(["--config", "tiny", *[a for s in sets for a in ("--set", s)]]) == 0
     run = tmp_path / "runs" / "tiny"
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
