@@ -22,11 +22,12 @@ import yaml
 
 from eppo_envs.core import TaskError
 from eppo_envs.core.pipes import stdout_closed
-from eppo_train.config import ConfigError, describe, load_config, load_run_config, to_dict
+from eppo_train.config import Config, ConfigError, describe, load_config, load_run_config, to_dict
 from eppo_train.eval.group_signal import measure, measure_eval, table
 from eppo_train.pipeline import default_run_dir, run_pipeline
 from eppo_train.policy.engine import EngineError
 from eppo_train.policy.models import ModelNotFoundError, check_model
+from eppo_train.policy.tool_calls import check_tool_template
 from eppo_train.report.plots import plot_run
 from eppo_train.report.progress import Progress, RLWatcher
 from eppo_train.report.ticks import listen
@@ -140,7 +141,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         # a wrong model.name now, before a local Ray starts (after it, with sft.steps=0, Ray's log of the
         # cancelled actors would follow the line); after the address check, which builds nothing
-        check_model(cfg.model.name)
+        _check_model(cfg)
     # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
     progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])
     try:
@@ -213,6 +214,13 @@ def _config_args(p: argparse.ArgumentParser, default: str | None, default_text: 
     p.add_argument("--model", help="the model to start from: smollm2 (default), tiny, or a local HF folder")
 
 
+def _check_model(cfg: Config) -> None:
+    """`check_model`, and in the tools format that the model's chat template declares tools (one line if not)."""
+    check_model(cfg.model.name)
+    if cfg.env.action_format == "tools":
+        check_tool_template(cfg.model.name)
+
+
 def _load(args: argparse.Namespace, config: str | None = None, saved: Path | None = None):
     """The config named by --config (or `config`), or a run's `saved` config.yaml, then --model and --set."""
 
@@ -232,7 +240,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
 
-    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
+    _check_model(cfg)  # a wrong --model now, not after the tasks' set-up and expert demos
 
     def on_step(i: int, loss: float) -> None:
         interrupt.set_where(0, f"SFT step {min(i + 2, cfg.sft.steps)}/{cfg.sft.steps}")  # the step now running
@@ -267,6 +275,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
     if cfg.rollout.group_size < 2:  # found by the RL stage only after the evaluation and SFT stages
         return _error(_one_sample_groups(cfg.rollout.group_size))
+    if cfg.env.action_format == "tools" and not args.resume:
+        _check_model(cfg)  # a template without tools now, not after the base model's evaluation
 
     def hint() -> str:
         if (run_dir / "config.yaml").is_file():
@@ -300,7 +310,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
 
-    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
+    _check_model(cfg)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
     # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
     progress = Progress(["signal"], [])
     progress.start("signal")

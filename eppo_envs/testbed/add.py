@@ -8,12 +8,14 @@ from typing import Any
 
 import eppo_envs
 from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
 from eppo_envs.testbed.base import AnswerTask
 
 
 class AddEnv(AnswerTask):
     task = "add"
     action_hint = "Reply with <answer>N</answer>, where N is the sum as a whole number."
+    tools = (Tool("answer", "Give the sum.", (("number", "the sum as a whole number"),), "<answer>{number}</answer>"),)
 
     def __init__(self, split: str = "train", digits: int = 2, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)

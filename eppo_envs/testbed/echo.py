@@ -7,6 +7,7 @@ from typing import Any
 
 import eppo_envs
 from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
 from eppo_envs.testbed.base import AnswerTask
 from eppo_envs.testbed.words import made_up_word
 
@@ -14,6 +15,7 @@ from eppo_envs.testbed.words import made_up_word
 class EchoEnv(AnswerTask):
     task = "echo"
     action_hint = "Reply with <answer>WORD</answer>, the word exactly as given."
+    tools = (Tool("answer", "Repeat the word.", (("word", "the word exactly as given"),), "<answer>{word}</answer>"),)
 
     def __init__(self, split: str = "train", syllables: int = 3, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)

@@ -8,12 +8,14 @@ from typing import Any
 
 import eppo_envs
 from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
 from eppo_envs.testbed.base import AnswerTask
 
 
 class GuessEnv(AnswerTask):
     task = "guess"
     action_hint = "Reply with <answer>N</answer>, your guess as a whole number."
+    tools = (Tool("answer", "Guess the number.", (("number", "your guess as a whole number"),), "<answer>{number}</answer>"),)
 
     def __init__(self, split: str = "train", high: int = 16, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)

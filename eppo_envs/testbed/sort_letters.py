@@ -9,12 +9,14 @@ from typing import Any
 
 import eppo_envs
 from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
 from eppo_envs.testbed.base import AnswerTask
 
 
 class SortEnv(AnswerTask):
     task = "sort"
     action_hint = "Reply with <answer>LETTERS</answer>, the letters in alphabetical order with no spaces."
+    tools = (Tool("answer", "Give the sorted letters.", (("letters", "the letters in alphabetical order, no spaces"),), "<answer>{letters}</answer>"),)
 
     def __init__(self, split: str = "train", letters: int = 5, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
