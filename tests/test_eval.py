@@ -151,8 +151,8 @@ def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
     # environment creator for run/math-v0 with kwargs ({'nokey': 1})"
     assert main(["--policy", "expert", "--tasks", "math", "--episodes", "1", "--env-kwarg", "math.nokey=1",
                  "--no-progress"]) == 2
-    assert capsys.readouterr().err == ("eppo-eval: error: --env-kwarg for math: no option 'nokey' (its options: level, "
-                                       "max_tool_calls, render_mode, sandbox, sources, split)\n")
+    assert capsys.readouterr().err == ("eppo-eval: error: --env-kwarg for math: no option 'nokey' (its options: "
+                                       "action_format, level, max_tool_calls, render_mode, sandbox, sources, split)\n")
 
 
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(tmp_path, capsys):

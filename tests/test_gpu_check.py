@@ -39,7 +39,8 @@ def test_gpu_check_cpu_dry_run_with_the_bundle(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     assert sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file()) < 64 * 2**20  # fits one carry
-    env = {**_env(tmp_path, ABSENT), "EPPO_GPU_BUNDLE": str(bundle), "EPPO_CACHE_DIR": str(tmp_path / "nocache")}
+    bundled = tuple(n for n in ABSENT if n != "psutil")  # the bundle carries psutil
+    env = {**_env(tmp_path, bundled), "EPPO_GPU_BUNDLE": str(bundle), "EPPO_CACHE_DIR": str(tmp_path / "nocache")}
     out = tmp_path / "report.json"
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", "--json", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)

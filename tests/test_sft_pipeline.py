@@ -110,7 +110,8 @@ def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
     assert main(args) == 0
     summary = (run / "summary.md").read_text()
     assert "| before SFT | after SFT | after RL | SFT − base | RL − SFT |" in summary
-    assert summary.count("| guess_") == 4 and summary.count("**mean over tasks**") == 2  # success and reward tables
+    # success, reward and clip tables
+    assert summary.count("| guess_") == 6 and summary.count("**mean over tasks**") == 2
     outcomes = json.loads((run / "evals" / "sft.json").read_text())["tasks"]["guess_small"]["outcomes"]
     assert outcomes["seeds"] == [0, 1, 2, 3] and len(outcomes["won"]) == 4  # what the paired intervals pair
     state = json.loads((run / "pipeline.json").read_text())

@@ -76,9 +76,12 @@ def test_make_help_lists_every_phony_target():
 
 
 def test_check_all_says_so_on_success(capsys):
-    assert conformance.check_all("example/GuessNumber-v0") == ("gymnasium", "determinism", "expert", "malformed")
+    assert conformance.check_all("example/GuessNumber-v0") == (
+        "gymnasium", "determinism", "expert", "malformed", "gymnasium (tools)", "determinism (tools)", "expert (tools)",
+        "malformed (tools)", "formats agree")
     assert capsys.readouterr().out.strip() == \
-        "example/GuessNumber-v0: conformance OK (gymnasium, determinism, expert, malformed)"
+        "example/GuessNumber-v0: conformance OK (gymnasium, determinism, expert, malformed, gymnasium (tools), " \
+        "determinism (tools), expert (tools), malformed (tools), formats agree)"
 
 
 def test_resume_says_which_step_it_continues_from(tmp_path, capsys):
@@ -164,7 +167,7 @@ def test_the_ray_address_probe_lets_a_real_gcs_through():
 def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
     """A Ray actor that dies under `eppo-train` (killed, out of memory, its node gone) stops the run with one line
     that names it and how to resume, exit 1, not Ray's 30-line ActorDiedError traceback."""
-    from eppo_train import trainer
+    from eppo_train import cli
     from eppo_train.cli import main
     from eppo_train.runtime.interrupt import WorkerLost
 
@@ -174,7 +177,7 @@ def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkey
         (cfg.run_dir / "latest").write_text("step_000001")
         raise WorkerLost("the learner actor died (its process ended: killed, out of memory, or its node went away)")
 
-    monkeypatch.setattr(trainer, "train", dies)
+    monkeypatch.setattr(cli, "train", dies)  # where cli looks it up
     assert main(["--config", "tiny", "--set", f"run.out_dir={tmp_path}", "--set", "sft.steps=0"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err

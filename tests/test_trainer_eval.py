@@ -106,14 +106,14 @@ def test_an_evaluation_reports_each_tasks_success_interval_and_reward(tmp_path, 
     # on a task whose reward is not its success (the tiny run's rewards are 0 or 1): what goes where in the metrics
     from types import SimpleNamespace
 
-    from eppo_train.eval import fixed_set
+    from eppo_train import trainer as trainer_module
     from eppo_train.trainer import Trainer
 
     report = {"model": "m", "episodes_per_task": 4, "seconds": 2.0, "tasks": {
         "a": {"success": 0.5, "success_ci95": [0.15, 0.85], "mean_reward": 0.25},
         "b": {"success": 1.0, "success_ci95": [0.51, 1.0], "mean_reward": 0.75}}}
-    monkeypatch.setattr(fixed_set, "evaluation_agent", lambda cfg, policy: "agent")
-    monkeypatch.setattr(fixed_set, "evaluate_set", lambda cfg, slots, agent, name: report)
+    monkeypatch.setattr(trainer_module, "evaluation_agent", lambda cfg, policy: "agent")  # where Trainer looks
+    monkeypatch.setattr(trainer_module, "evaluate_set", lambda cfg, slots, agent, name: report)
     trainer = SimpleNamespace(cfg=SimpleNamespace(evaluation=SimpleNamespace(episodes=4)), slots=[],
                               run_dir=tmp_path / "run")
     assert Trainer._evaluate(trainer, None, 5) == {"success": 0.75, "seconds": 2.0, "tasks": {

@@ -7,7 +7,8 @@ short `eppo-train` run, on a bare CUDA machine (torch + transformers only, nothi
 The timed part imports only torch, transformers and this package's learner/HF-generation modules (no gymnasium,
 Ray or vLLM: `main` checks that none got loaded). The model is a random Qwen2 with Qwen2-0.5B's shapes, and the
 tokenizer a synthetic word-level one over the same vocabulary, so no weights or tokenizer files are needed.
-The `eppo-train` part needs gymnasium and the tiny model: `bundle` copies both (pure Python and a 16 MB folder).
+The `eppo-train` part needs gymnasium, psutil and the tiny model: `bundle` copies them (Python packages, psutil's abi3
+extension, and a 16 MB folder).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 PEAK_BF16 = {"H200": 989e12, "H100 SXM": 989e12, "H100 NVL": 835e12, "H100 PCIe": 756e12, "H100": 756e12,
              "GH200": 989e12, "B200": 2250e12, "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "L4": 121e12,
              "A10": 125e12}
-BUNDLE_PACKAGES = ("gymnasium", "cloudpickle", "farama_notifications")  # pure Python: fine on any 3.x
+# pure Python, and psutil (the memory account; its extension is abi3): fine on any CPython 3.x on Linux
+BUNDLE_PACKAGES = ("gymnasium", "cloudpickle", "farama_notifications", "psutil")
 
 
 @dataclass(frozen=True)
@@ -291,7 +293,7 @@ def run_check(cpu: bool, skip_train: bool = False) -> tuple[int, dict]:
 
 
 def make_bundle(dest: Path) -> int:
-    """Copy gymnasium (+ its pure-Python deps) and the tiny model into `dest` (site/ and cache/)."""
+    """Copy gymnasium (+ its pure-Python deps), psutil and the tiny model into `dest` (site/ and cache/)."""
     import importlib
 
 
