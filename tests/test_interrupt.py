@@ -120,6 +120,7 @@ def _finish(args: list[str], cwd: Path, timeout: float = HUNG_S) -> subprocess.C
                           timeout=timeout)
 
 
+@pytest.mark.slow  # two Ray training runs (minutes); the SIGTERM-with-Ray tests cover the teardown in the default suite
 def test_ctrl_c_during_eppo_train_with_ray_then_resume(tmp_path: Path):
     run = tmp_path / "runs" / "tiny"
     cmd = Command(["eppo_train.cli", "--config", "tiny", "--set", f"run.out_dir={tmp_path / 'runs'}",
