@@ -26,6 +26,7 @@ from eppo_train.core.files import write_json_atomic, write_text_atomic
 from eppo_train.core.records import ANCHOR, DEMO
 from eppo_train.core.stats import rollout_metrics
 from eppo_train.eval.fixed_set import evaluate_set, evaluation_agent
+from eppo_train.report import memory
 from eppo_train.report.metrics import MetricsWriter
 from eppo_train.report.plots import plot_run
 from eppo_train.rollout.env_pool import LocalEnvPool, RayEnvPool
@@ -237,6 +238,7 @@ class Trainer:
 
             guidance = expert_guidance(batch, pool, workers.policy.tokenizer, rc, cfg.sft.max_reply_tokens)
             batch, guided = batch + guidance.samples, guidance.per_task
+            del guidance
         rollout_s = time.perf_counter() - t0
         anchored = cfg.algo.anchor_kl > 0  # groups without variance train on the anchor, never the policy loss
         adv = compute_advantages(training_rewards(batch, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
@@ -284,6 +286,9 @@ class Trainer:
         events = {}
         if report is not None and report.pace is not None:
             events = {"crossovers": [list(p) for p in report.pace.crossovers], "spikes": list(report.pace.spikes)}
+        del result, batch, adv, train, refilled, report  # the iteration's samples, before its memory is measured
+        memory.release()
+        scalars.update(memory.iteration_metrics())
         return metrics.log(step, scalars, tasks, events)
 
     def _replayed_demos(self, it: int, pool, tokenizer) -> list:  # noqa: ANN001 (the env pool, the tokenizer)
