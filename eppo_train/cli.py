@@ -23,7 +23,7 @@ import yaml
 from eppo_envs.core import TaskError
 from eppo_envs.core.pipes import stdout_closed
 from eppo_train.config import Config, ConfigError, describe, load_config, load_run_config, to_dict
-from eppo_train.eval.group_signal import measure, measure_eval, table
+from eppo_train.eval.group_signal import Setting, measure, measure_eval, table
 from eppo_train.pipeline import default_run_dir, run_pipeline
 from eppo_train.policy.engine import EngineError
 from eppo_train.policy.models import ModelNotFoundError, check_model
@@ -294,10 +294,32 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 def add_signal(p: argparse.ArgumentParser) -> None:
     _config_args(p, "pipeline")
     p.add_argument("--temperatures", default="1.0", help="comma list of sampling temperatures (default: 1.0)")
+    p.add_argument("--sampling", action="append", default=[], metavar="T[,top_p=P][,min_p=M]",
+                   help="a sampling setting to compare (repeatable; replaces --temperatures), e.g. 1.0,top_p=0.9")
+    p.add_argument("--k", default="", help="comma list of k: also report rescue@k, the chance that one of k samples "
+                   "wins an instance the greedy reply loses (e.g. 8,32; max(k) samples a problem)")
     p.add_argument("--batches", type=int, default=2, help="RL batches played at each temperature (default: 2)")
     p.add_argument("--eval", action="store_true",
                    help="play the pipeline's fixed evaluation set (evaluation.episodes instances a task, "
                    "rollout.group_size samples each) instead of RL batches")
+
+
+def _setting(text: str) -> Setting:
+    """`T[,top_p=P][,min_p=M]` as a Setting (ValueError naming what is wrong)."""
+    first, *rest = [part.strip() for part in text.split(",")]
+    try:
+        values = {"temperature": float(first)}
+        for part in rest:
+            key, _, value = part.partition("=")
+            if key not in ("top_p", "min_p"):
+                raise ValueError(f"unknown {key!r} in {text!r} (top_p, min_p)")
+            values[key] = float(value)
+    except ValueError as exc:
+        raise ValueError(str(exc) if "unknown" in str(exc) else f"{text!r} is not T[,top_p=P][,min_p=M]") from None
+    setting = Setting(**values)
+    if not (setting.temperature > 0 and 0 < setting.top_p <= 1 and 0 <= setting.min_p < 1):
+        raise ValueError(f"{text!r}: need T > 0, 0 < top_p <= 1, 0 <= min_p < 1")
+    return setting
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
@@ -308,6 +330,18 @@ def cmd_signal(args: argparse.Namespace) -> int:
         return _error(f"--temperatures: a comma list of numbers, got {args.temperatures!r}")
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
+    settings: list[float | Setting] = list(temperatures)
+    if args.sampling:
+        try:
+            settings = [_setting(text) for text in args.sampling]
+        except ValueError as exc:
+            return _error(f"--sampling: {exc}")
+    try:
+        ks = tuple(int(k) for k in args.k.split(",")) if args.k else ()
+    except ValueError:
+        return _error(f"--k: a comma list of whole numbers, got {args.k!r}")
+    if any(k < 1 for k in ks):
+        return _error("--k: each k must be at least 1")
     cfg = _load(args)
 
     _check_model(cfg)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
@@ -316,8 +350,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
     progress.start("signal")
     try:
         with listen(progress.ticks("episodes")):
-            rows = (measure_eval(cfg, temperatures, progress.note) if args.eval
-                    else measure(cfg, temperatures, args.batches, progress.note))
+            rows = (measure_eval(cfg, settings, progress.note, ks) if args.eval
+                    else measure(cfg, settings, args.batches, progress.note, ks))
     finally:
         progress.stop()
     print(table(rows))

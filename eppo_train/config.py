@@ -32,6 +32,8 @@ CONTEXT_KINDS = ("full", "window")  # env.tasks[].context
 LOSS_AGGS = ("token_mean", "seq_mean")  # algo.loss_agg (losses.token_weights)
 BACKENDS = ("vllm", "hf")  # model.backend
 TRAIN_REWARDS = ("env", "won")  # env.tasks[].train_reward
+REFILL_KINDS = ("problems", "members")  # algo.refill (rollout/refill.py)
+CORRECTIONS = ("none", "tis")  # learner.rollout_correction (algos/correction.py)
 ACTION_FORMATS = ("tags", "tools")  # env.action_format (eppo_envs.core.tools.ACTION_FORMATS)
 
 
@@ -60,6 +62,20 @@ class TaskConfig:
         "while success falls (docs/pipeline.md); 'won' trains on success alone. Logs and evaluation "
         "always report the env's reward")
     kwargs: dict[str, Any] = setting(factory=dict, help="passed to eppo_envs.make")
+    group_size: int | None = setting(
+        None, help="this task's G (samples per problem); None: rollout.group_size")
+    temperature: float | None = setting(
+        None, help="this task's sampling temperature in training rollouts; None: rollout.temperature")
+    top_p: float | None = setting(None, help="this task's nucleus cut in training rollouts; None: rollout.top_p")
+    min_p: float | None = setting(None, help="this task's min-p cut in training rollouts; None: rollout.min_p")
+    loss_weight: float = setting(
+        1.0, help="multiplies this task's policy-gradient weights in the loss (1: as every other task)")
+    advantage: str | None = setting(
+        None, help="this task's advantage estimator (advantages.ESTIMATORS); None: algo.advantage. gigpo "
+        "needs context: window to find step groups")
+    min_signal_groups: int | None = setting(
+        None, help="algo.refill_rounds > 0: the groups with reward variance this task should have in a batch "
+        "before refilling stops; None: its `problems`")
 
 
 @dataclass
@@ -124,6 +140,9 @@ class EvalSection:
 
     episodes: int = setting(64, help="instances per task (64: a success interval of about ±0.12 at 0.5)")
     split: dict[str, str] = setting(factory=dict, help="task label -> split (default: the env's eval_split)")
+    beside: dict[str, list[str]] = setting(
+        factory=dict, help="task label -> more splits evaluated the same way and reported beside the task as "
+        "`<label>@<split>`, outside the mean over tasks (Code's HumanEval beside its held-out generated problems)")
     max_turns: int | None = setting(None, help="None: rollout.max_turns")
     max_new_tokens: int | None = setting(None, help="None: rollout.max_new_tokens")
     batch_size: int = setting(64, help="episodes played at once")
@@ -136,7 +155,11 @@ class RolloutSection:
     max_new_tokens: int = setting(64, help="per turn")
     temperature: float = setting(1.0, help="sampling temperature of training rollouts (> 0)")
     top_p: float = setting(
-        1.0, help="nucleus sampling: the smallest set of tokens whose probability reaches top_p (1: off)")
+        1.0, help="nucleus sampling: the smallest set of tokens whose probability reaches top_p (1: off); the "
+        "learner recomputes log-probs under the same cut (algos/sampling.py)")
+    min_p: float = setting(
+        0.0, help="min-p sampling: drop tokens whose probability is below min_p x the top token's (0: off); "
+        "applied after the temperature and before top_p, as vLLM does, and by the learner alike")
     max_total_tokens: int = setting(
         2048, help="per sequence the learner sees (prompt + every turn, or one window)")
     system_prompt: str | None = setting(None, help="None: the chat template's default")
@@ -163,6 +186,21 @@ class AlgoConfig:
         False, help="DAPO dynamic sampling: drop groups whose rewards are all equal")
     expert_guidance: bool = setting(
         False, help="a group that only lost gets the task expert's winning episode as a member")
+    refill_rounds: int = setting(
+        0, help="DAPO's dynamic sampling that refills: up to N extra rollout rounds per iteration for the tasks "
+        "with fewer groups with reward variance than their floor (env.tasks[].min_signal_groups); 0: off")
+    refill: str = setting(
+        "problems", help="REFILL_KINDS: what a refill round plays: 'problems', new problems of the task; "
+        "'members', G more members of each of its groups without variance")
+    anchor_kl: float = setting(
+        0.0, help="> 0: the samples of groups without reward variance (no policy gradient) still train, on "
+        "anchor_kl x KL(pi || start model) (k3, token mean over them), so a task without signal in a batch "
+        "is held near the start model; keeps a frozen reference copy")
+    ptx_coef: float = setting(
+        0.0, help="> 0: InstructGPT's PPO-ptx with the SFT demonstrations: ptx_coef x their token-mean NLL is "
+        "added to every optimizer step's loss (algo.ptx_samples a step, drawn from the demos of sft.episodes "
+        "per task)")
+    ptx_samples: int = setting(8, help="demonstration samples replayed per iteration (algo.ptx_coef > 0)")
 
 
 @dataclass
@@ -197,6 +235,15 @@ class LearnerConfig:
         "once; frozen_cache.py)")
     recompute_old_logprobs: bool = setting(
         True, help="recompute log-probs of the sampled tokens with the training model")
+    rollout_correction: str = setting(
+        "none", help="CORRECTIONS: 'tis', truncated importance sampling of the sampler/learner mismatch: each "
+        "policy token's advantage is scaled by min(pi_learner / pi_sampler, tis_cap) (verl's rollout "
+        "correction); 'none'. The mismatch metrics are logged either way (needs recompute_old_logprobs)")
+    tis_cap: float = setting(2.0, help="C of the truncated importance weight min(pi_learner / pi_sampler, C)")
+    fp32_master: bool = setting(
+        False, help="model.dtype bfloat16: AdamW steps float32 copies of the trained weights and the model holds "
+        "their bf16 rounding, so updates below half a bf16 ulp accumulate instead of vanishing (with "
+        "model.dtype float32 the weights are float32 already)")
 
 
 @dataclass
@@ -503,7 +550,28 @@ def validate(cfg: Config) -> None:
     need(bool(cfg.run.name) and "/" not in cfg.run.name and cfg.run.name not in (".", ".."),
          f"run.name: a plain name, got {cfg.run.name!r}")
     need(len(cfg.env.tasks) >= 1, "env.tasks: at least one task")
+    need(0 <= cfg.rollout.min_p < 1, f"rollout.min_p: must be in [0, 1), got {cfg.rollout.min_p}")
+    need(cfg.algo.refill_rounds >= 0, f"algo.refill_rounds: must be >= 0, got {cfg.algo.refill_rounds}")
+    need(cfg.algo.refill in REFILL_KINDS, f"algo.refill: {' or '.join(REFILL_KINDS)}, got {cfg.algo.refill!r}")
+    need(cfg.algo.anchor_kl >= 0, f"algo.anchor_kl: must be >= 0, got {cfg.algo.anchor_kl}")
+    need(cfg.algo.ptx_coef >= 0, f"algo.ptx_coef: must be >= 0, got {cfg.algo.ptx_coef}")
+    need(cfg.algo.ptx_samples >= 1, f"algo.ptx_samples: must be >= 1, got {cfg.algo.ptx_samples}")
+    need(cfg.learner.rollout_correction in CORRECTIONS,
+         f"learner.rollout_correction: {' or '.join(CORRECTIONS)}, got {cfg.learner.rollout_correction!r}")
+    need(cfg.learner.tis_cap >= 1, f"learner.tis_cap: must be >= 1, got {cfg.learner.tis_cap}")
+    need(cfg.learner.rollout_correction == "none" or cfg.learner.recompute_old_logprobs,
+         "learner.rollout_correction needs learner.recompute_old_logprobs: true (the learner's log-probs are the "
+         "numerator)")
     for i, t in enumerate(cfg.env.tasks):
+        need(t.group_size is None or t.group_size >= 1, f"env.tasks.{i}.group_size: must be >= 1, got {t.group_size}")
+        need(t.temperature is None or t.temperature > 0, f"env.tasks.{i}.temperature: must be > 0, got {t.temperature}")
+        need(t.top_p is None or 0 < t.top_p <= 1, f"env.tasks.{i}.top_p: must be in (0, 1], got {t.top_p}")
+        need(t.min_p is None or 0 <= t.min_p < 1, f"env.tasks.{i}.min_p: must be in [0, 1), got {t.min_p}")
+        need(t.loss_weight >= 0, f"env.tasks.{i}.loss_weight: must be >= 0, got {t.loss_weight}")
+        need(t.min_signal_groups is None or t.min_signal_groups >= 0,
+             f"env.tasks.{i}.min_signal_groups: must be >= 0, got {t.min_signal_groups}")
+        need(t.advantage is None or t.advantage in ESTIMATORS,
+             f"env.tasks.{i}.advantage: unknown estimator {t.advantage!r} (known: {', '.join(ESTIMATORS)})")
         need(t.context in CONTEXT_KINDS, f"env.tasks.{i}.context: {' or '.join(CONTEXT_KINDS)}, got {t.context!r}")
         need(t.context != "window" or t.window >= 1, f"env.tasks.{i}.window: must be >= 1, got {t.window}")
         need(t.problems >= 1, f"env.tasks.{i}.problems: must be >= 1")

@@ -13,14 +13,17 @@ and the pipeline), so the config a run saves is the config it was given.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eppo_train.algos.advantages import compute_advantages
 from eppo_train.config import Config, save_config
 from eppo_train.core.files import write_json_atomic, write_text_atomic
+from eppo_train.core.records import ANCHOR, DEMO
 from eppo_train.core.stats import rollout_metrics
 from eppo_train.eval.fixed_set import evaluate_set, evaluation_agent
 from eppo_train.report import memory
@@ -29,7 +32,14 @@ from eppo_train.report.plots import plot_run
 from eppo_train.rollout.env_pool import LocalEnvPool, RayEnvPool
 from eppo_train.rollout.guidance import expert_guidance
 from eppo_train.rollout.loop import run_rollout
-from eppo_train.rollout.task_slots import prepare_tasks, rollout_config, train_problems, training_rewards
+from eppo_train.rollout.refill import refill
+from eppo_train.rollout.task_slots import (
+    prepare_tasks,
+    rollout_config,
+    task_estimators,
+    train_problems,
+    training_rewards,
+)
 from eppo_train.runtime.ray_cluster import init_ray
 
 if TYPE_CHECKING:
@@ -130,6 +140,7 @@ class Trainer:
         self.run_dir = cfg.run_dir
         self.resume = resume
         self.slots = prepare_tasks(cfg)
+        self._demos: list | None = None  # algo.ptx_coef > 0: the SFT demonstrations, made at the first need
 
     # ------------------------------------------------------------------ run directory
     def _latest(self) -> Path | None:
@@ -218,22 +229,34 @@ class Trainer:
         t0 = time.perf_counter()
         rc = rollout_config(cfg, self.slots, it)
         result = run_rollout(workers.policy, pool, train_problems(cfg, self.slots, it), rc)
-        batch, guided = result.samples, {}
+        batch, guided, refilled = result.samples, {}, None
+        if cfg.algo.refill_rounds:  # DAPO's dynamic sampling: rollout/refill.py
+            refilled = refill(cfg, self.slots, it, workers.policy, pool, rc, batch,
+                              lambda samples: training_rewards(samples, self.slots))
+            batch = batch + refilled.samples
         if cfg.algo.expert_guidance:
 
-            guidance = expert_guidance(result.samples, pool, workers.policy.tokenizer, rc, cfg.sft.max_reply_tokens)
-            batch, guided = result.samples + guidance.samples, guidance.per_task
+            guidance = expert_guidance(batch, pool, workers.policy.tokenizer, rc, cfg.sft.max_reply_tokens)
+            batch, guided = batch + guidance.samples, guidance.per_task
             del guidance
         rollout_s = time.perf_counter() - t0
+        anchored = cfg.algo.anchor_kl > 0  # groups without variance train on the anchor, never the policy loss
         adv = compute_advantages(training_rewards(batch, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
-                                 cfg.algo.filter_zero_variance, cfg.algo.advantage_options)
+                                 cfg.algo.filter_zero_variance or anchored, cfg.algo.advantage_options,
+                                 task_estimators(cfg, self.slots))
+        train = list(adv.samples)
+        if anchored:
+            train += [replace(s, meta={**s.meta, "role": ANCHOR}) for s in adv.dropped]
+        if cfg.algo.ptx_coef > 0 and train:
+            train += self._replayed_demos(it, pool, workers.policy.tokenizer)
         t1 = time.perf_counter()
-        report = workers.train(adv.samples) if adv.samples else None
+        report = workers.train(train) if train else None
         workers.sync_weights()
         learn_s = time.perf_counter() - t1
 
         tasks = rollout_metrics(result.episodes, result.samples)
-        for t, values in [*guided.items(), *adv.per_task.items()]:
+        refill_tasks = refilled.per_task if refilled is not None else {}
+        for t, values in [*guided.items(), *adv.per_task.items(), *refill_tasks.items()]:
             tasks.setdefault(t, {}).update(values)
         if report is not None:
             for t, values in report.per_task.items():
@@ -249,6 +272,8 @@ class Trainer:
             "env_time_share": float(st.get("env_share", 0.0)),
             "iteration_time_s": time.perf_counter() - t0,
             **{f"adv_{k}": v for k, v in adv.stats.items()},
+            **({"refill_rounds": float(refilled.rounds), "refill_episodes": float(len(refilled.episodes))}
+               if refilled is not None else {}),
             **(report.metrics if report is not None else {}),
             **network_metrics(pool, workers),
         }
@@ -261,10 +286,23 @@ class Trainer:
         events = {}
         if report is not None and report.pace is not None:
             events = {"crossovers": [list(p) for p in report.pace.crossovers], "spikes": list(report.pace.spikes)}
-        del result, batch, adv, report  # the iteration's samples, before its memory is measured
+        del result, batch, adv, train, refilled, report  # the iteration's samples, before its memory is measured
         memory.release()
         scalars.update(memory.iteration_metrics())
         return metrics.log(step, scalars, tasks, events)
+
+    def _replayed_demos(self, it: int, pool, tokenizer) -> list:  # noqa: ANN001 (the env pool, the tokenizer)
+        """`algo.ptx_samples` SFT demonstrations for this iteration's PPO-ptx term (algos/anchors.py), drawn by
+        (run seed, iteration) from the demos of `sft.episodes` expert episodes per task (the SFT stage's own:
+        the same `sft` seed stream), made once. Their log-probs are the untempered model's."""
+        from eppo_train.sft import expert_samples  # loads torch
+
+        if self._demos is None:
+            demos, _ = expert_samples(self.cfg, self.slots, tokenizer, pool, self.cfg.sft.episodes)
+            self._demos = [replace(s, advantage=0.0, meta={**s.meta, "role": DEMO, "behaviour": "expert",
+                                                            "sampling": [1.0, 1.0, 0.0]}) for s in demos]
+        rng = random.Random(f"{self.cfg.run.seed}/ptx/{it}")
+        return rng.sample(self._demos, min(self.cfg.algo.ptx_samples, len(self._demos)))
 
     def _evaluate(self, policy, step: int) -> dict:  # noqa: ANN001 (the generator's PolicyBackend)
         """Greedy evaluation of the policy as it stands after `step` iterations on the fixed set; the report (with

@@ -182,3 +182,29 @@ def test_batch_and_per_task_statistics_by_hand():
     kept = compute_advantages(batch, "grpo", filter_zero_variance=True)
     assert kept.stats["samples_kept"] == 5 and kept.stats["zero_variance_groups"] == 1
     assert kept.per_task["x"]["zero_var_frac"] == 0.5 and kept.per_task["x"]["adv_abs_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_task_with_its_own_estimator():
+    """env.tasks[].advantage: task w's window-mode turns get GiGPO's step term, task f keeps plain GRPO. In group g
+    of w, two episodes of two turns: both first turns act on state s0 (returns 0.95 and 0 with gamma 0.95 from the
+    final rewards 1 and 0), the second turns on s1 and s2 (one sample each: no step term)."""
+    def turn(ep, t, reward, state):
+        s = sample("w", "g", ep, reward, turn=t, turns=2)
+        s.meta["state_key"] = state
+        return s
+
+    w = [turn("a", 0, 1.0, "s0"), turn("a", 1, 1.0, "s1"), turn("b", 0, 0.0, "s0"), turn("b", 1, 0.0, "s2")]
+    f = [sample("f", "h", "c", 1.0), sample("f", "h", "d", 0.0)]
+    res = compute_advantages(w + f, "grpo", task_estimators={"w": "gigpo"})
+    # episode term +-1 (mean 0.5, std 0.5); step term on s0: returns 0.95 and 0, mean 0.475, std 0.475 -> +-1
+    assert [s.advantage for s in res.samples] == pytest.approx([2.0, 1.0, -2.0, -1.0, 1.0, -1.0], abs=1e-4)
+    plain = compute_advantages(w + f, "grpo")
+    assert [s.advantage for s in plain.samples] == pytest.approx([1.0, 1.0, -1.0, -1.0, 1.0, -1.0], abs=1e-4)
+
+
+def test_filtered_groups_come_back_as_dropped():
+    batch = [sample("t", "g1", "a", 1.0), sample("t", "g1", "b", 0.0),
+             sample("t", "g2", "c", 1.0), sample("t", "g2", "d", 1.0)]
+    res = compute_advantages(batch, "grpo", filter_zero_variance=True)
+    assert [s.episode_id for s in res.dropped] == ["c", "d"] and all(s.advantage == 0.0 for s in res.dropped)
+    assert compute_advantages(batch, "grpo").dropped == []

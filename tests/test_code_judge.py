@@ -161,7 +161,7 @@ HOSTILE = {
 
 def _problem_index(env, key: str) -> int:
     split = "test" if key.startswith("HumanEval") else "train"
-    problems = env.unwrapped._problems[split]
+    problems = env.unwrapped.problems(split)
     return next(i for i, p in enumerate(problems) if p.key == key)
 
 
@@ -180,7 +180,7 @@ def _step(env, index: int, code: str):
 def test_hostile_solutions_never_win(envs, problem, name):
     env = envs["test" if problem.startswith("HumanEval") else "train"]
     index = _problem_index(env, problem)
-    entry = env.unwrapped._problems["test" if problem.startswith("HumanEval") else "train"][index].entry_point
+    entry = env.unwrapped.problems("test" if problem.startswith("HumanEval") else "train")[index].entry_point
     code = textwrap.dedent(HOSTILE[name]).strip().replace("{fn}", entry)
     obs, reward, terminated, _, info = _step(env, index, code)
     assert reward == 0.0 and not info["won"] and info["pass_fraction"] < 1.0, (name, obs)

@@ -66,6 +66,22 @@ def test_bad_keys_and_values_are_one_line(override, words):
     ("pacing.tau=0", "pacing.tau: must be > 0"),
     ("pacing.default_target=0", "pacing.default_target: must be > 0"),
     ("pacing.target_entropy={guess_small: -0.1}", "pacing.target_entropy.guess_small: must be > 0"),
+    # the recipe's tools (issue 60)
+    ("rollout.min_p=1", "rollout.min_p: must be in [0, 1)"),
+    ("env.tasks.0.top_p=0", "env.tasks.0.top_p: must be in (0, 1]"),
+    ("env.tasks.0.min_p=-0.1", "env.tasks.0.min_p: must be in [0, 1)"),
+    ("env.tasks.0.temperature=0", "env.tasks.0.temperature: must be > 0"),
+    ("env.tasks.0.group_size=0", "env.tasks.0.group_size: must be >= 1"),
+    ("env.tasks.0.loss_weight=-1", "env.tasks.0.loss_weight: must be >= 0"),
+    ("env.tasks.0.advantage=gipo", "env.tasks.0.advantage: unknown estimator 'gipo'"),
+    ("env.tasks.0.min_signal_groups=-1", "env.tasks.0.min_signal_groups: must be >= 0"),
+    ("algo.refill_rounds=-1", "algo.refill_rounds: must be >= 0"),
+    ("algo.refill=groups", "algo.refill: problems or members"),
+    ("algo.anchor_kl=-1", "algo.anchor_kl: must be >= 0"),
+    ("algo.ptx_coef=-1", "algo.ptx_coef: must be >= 0"),
+    ("algo.ptx_samples=0", "algo.ptx_samples: must be >= 1"),
+    ("learner.rollout_correction=is", "learner.rollout_correction: none or tis"),
+    ("learner.tis_cap=0.5", "learner.tis_cap: must be >= 1"),
 ])
 def test_out_of_range_values_are_one_line(override, words):
     with pytest.raises(ConfigError) as exc:
@@ -188,3 +204,8 @@ def test_config_prints_the_resolved_config_as_yaml(capsys):
     assert main(["config", "--config", "tiny", "--set", "learner.lr=0.5"]) == 0
     data = yaml.safe_load(capsys.readouterr().out)
     assert data["learner"]["lr"] == 0.5 and data["run"]["name"] == "tiny"
+
+
+def test_rollout_correction_needs_the_learners_log_probs():
+    with pytest.raises(ConfigError, match="learner.rollout_correction needs learner.recompute_old_logprobs"):
+        load_config("tiny", ["learner.rollout_correction=tis", "learner.recompute_old_logprobs=false"])

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
+import pytest
 from test_learning import bandit_config
 
 from eppo_train.cli import main
 from eppo_train.config import load_config
-from eppo_train.eval.group_signal import SignalRow, measure, measure_eval, table
+from eppo_train.eval.group_signal import Setting, SignalRow, measure, measure_eval, table
+from eppo_train.rollout.loop import RolloutConfig
 from eppo_train.rollout.task_slots import prepare_tasks
 from eppo_train.sft import sft_model
 
@@ -97,7 +99,7 @@ def test_table_by_hand():
 _WINS = {0: (True, (1, 0, 0)), 1: (False, (0, 1, 0)), 2: (False, (1, 1, 1)), 3: (False, (0, 0, 0)),
          4: (True, (1, 1, 1)), 5: (True, (0, 1, 1))}
 _EXPECTED = SignalRow("t", 1.0, 6, signal=3 / 6, rescue=2 / 6, success=10 / 18, greedy=3 / 6, reply_tokens=7.0)
-_SLOT = SimpleNamespace(label="t", env_id="eppo/T", cfg=SimpleNamespace(train_reward="won"))
+_SLOT = SimpleNamespace(label="t", env_id="eppo/T", cfg=SimpleNamespace(train_reward="won", loss_weight=1.0))
 
 
 def _episode(seed, won, split="eval", env_id="eppo/T"):
@@ -161,12 +163,13 @@ def test_measure_counts_rescue_only_where_the_greedy_reply_loses(monkeypatch):
         return SimpleNamespace(episodes=episodes, samples=samples, stats={})
 
     closer = _no_model(monkeypatch)
-    other = SimpleNamespace(label="u", env_id="eppo/U", cfg=SimpleNamespace(train_reward="won"))
+    other = SimpleNamespace(label="u", env_id="eppo/U", cfg=SimpleNamespace(train_reward="won", loss_weight=1.0))
     monkeypatch.setattr("eppo_train.eval.group_signal.prepare_tasks", lambda cfg: [_SLOT, other])
     monkeypatch.setattr("eppo_train.eval.group_signal.LocalEnvPool", lambda: closer)
     monkeypatch.setattr("eppo_train.eval.group_signal.train_problems",
                         lambda cfg, slots, b, stream: [Problem(env, "train", seed) for env in wins for seed in wins[env]])
-    monkeypatch.setattr("eppo_train.eval.group_signal.rollout_config", lambda cfg, slots, iteration: cfg.rollout)
+    monkeypatch.setattr("eppo_train.eval.group_signal.rollout_config",
+                        lambda cfg, slots, iteration: RolloutConfig.from_section(cfg.rollout))
     monkeypatch.setattr("eppo_train.eval.group_signal.run_rollout", run_rollout)
     cfg = load_config("tiny", ["rollout.group_size=3", "rollout.temperature=1.0"])
     assert measure(cfg, [1.0], batches=1, progress=lambda _: None) == [
@@ -183,3 +186,48 @@ def test_a_wrong_model_is_told_before_the_tasks_are_set_up(tmp_path, capsys, mon
     monkeypatch.setattr(eppo_train.rollout.task_slots, "prepare_tasks", too_early)
     assert main(["signal", "--model", str(tmp_path / "nothere")]) == 2
     assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")
+
+
+def test_rescue_at_k_on_the_evaluation_set_by_hand(monkeypatch):
+    """`--k 2,3` on `_WINS` (n = 3 samples an instance): rescue@k counts only the greedy reply's losses. Seed 1 (1 win
+    of 3): rescue@2 = 1 - C(2,2)/C(3,2) = 2/3, rescue@3 = 1; seed 2 (3 of 3): 1 and 1; seed 3 (none): 0; seeds 0, 4
+    and 5 the greedy reply wins: 0. Over the 6 instances: (2/3 + 1)/6 and 2/6."""
+    @dataclass
+    class Spec:
+        tasks: tuple = ("eppo/T",)
+        episodes: int = 6
+        temperature: float = 0.0
+        samples: int = 1
+        seed: int = 0
+        top_p: float = 1.0
+        min_p: float = 0.0
+
+    asked = []
+
+    def evaluate(spec, policy):
+        if spec.temperature == 0.0:
+            episodes = [_episode(seed, greedy) for seed, (greedy, _) in _WINS.items()]
+        else:
+            asked.append((spec.samples, spec.top_p, spec.min_p))
+            episodes = [_episode(seed, w) for seed, (_, wins) in _WINS.items() for w in wins]
+        return SimpleNamespace(episodes=episodes, tokens_generated=0, timing={"wall_seconds": 1.0})
+
+    _no_model(monkeypatch)
+    monkeypatch.setattr("eppo_train.eval.group_signal.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
+    monkeypatch.setattr("eppo_train.eval.group_signal.evaluate", evaluate)
+    cfg = load_config("tiny", ["rollout.group_size=3"])
+    (row,) = measure_eval(cfg, [Setting(1.0, top_p=0.9)], progress=lambda _: None, ks=(2, 3))
+    assert asked == [(3, 0.9, 0.0)]
+    assert row.rescue_at == pytest.approx({2: (2 / 3 + 1) / 6, 3: 2 / 6})
+    assert (row.signal, row.rescue) == (_EXPECTED.signal, _EXPECTED.rescue)  # the first G = 3 of 3 samples
+    text = table([row])
+    assert "T=1, top_p=0.9: signal / rescue / success / reply / rescue@2 / rescue@3" in text
+    assert "| t | 6 | 0.50 | 0.50 / 0.33 / 0.56 / 7 / 0.28 / 0.33 |" in text
+
+
+def test_signal_command_reads_sampling_settings_and_k(capsys):
+    assert main(["signal", "--config", "tiny", "--sampling", "1.0,top_q=2"]) == 2
+    assert main(["signal", "--config", "tiny", "--sampling", "1.0,top_p=0"]) == 2
+    assert main(["signal", "--config", "tiny", "--k", "8,x"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown 'top_q'" in err and "0 < top_p <= 1" in err and "--k: a comma list of whole numbers" in err

@@ -145,3 +145,41 @@ def test_a_task_with_its_own_reply_budget_gets_exactly_that_budget(policy, pool)
     assert max(lengths["long"]) > 3 and max(lengths["long"]) <= 12  # the random tiny model runs to its cap
     with pytest.raises(ConfigError, match=r"env.tasks.0.max_new_tokens"):
         from_dict({"env": {"tasks": [{"id": ENV, "max_new_tokens": 0}]}})
+
+
+class _Recording:
+    """A PolicyBackend wrapper that records each generate call's sampling settings and batch size."""
+
+    def __new__(cls, policy):
+        from eppo_train.policy.base import PolicyBackend
+
+        class Recording(PolicyBackend):
+            tokenizer = policy.tokenizer
+            calls: list = []
+
+            def generate(self, prompts, params, budgets=None):
+                self.calls.append((params.temperature, params.top_p, params.min_p, len(prompts)))
+                return policy.generate(prompts, params, budgets)
+
+        return Recording()
+
+
+def test_a_task_samples_with_its_own_settings_and_group_size(policy, pool):
+    """Per task (env.tasks[].temperature/top_p/min_p/group_size): one generate call per setting each turn, each
+    episode's sample records what it was sampled with, and a refill's members are numbered on (first_member)."""
+    import eppo_envs.example.bandit  # noqa: F401  (registers example/Bandit-v0)
+
+    bandit = "example/Bandit-v0"
+    rec = _Recording(policy)
+    cfg = RolloutConfig(group_size=2, max_turns=1, max_new_tokens=6, max_total_tokens=1024, temperature=1.0,
+                        seed=0, progress=False, task_sampling={bandit: (0.7, 0.9, 0.05)}, group_sizes={bandit: 3},
+                        first_member=4)
+    result = run_rollout(rec, pool, [Problem(ENV, "train", 0), Problem(bandit, "train", 0)], cfg)
+    assert sorted(rec.calls) == [(0.7, 0.9, 0.05, 3), (1.0, 1.0, 0.0, 2)]
+    by_env = {}
+    for s in result.samples:
+        by_env.setdefault(s.meta["env_id"], []).append(s)
+    assert len(by_env[ENV]) == 2 and len(by_env[bandit]) == 3
+    assert {tuple(s.meta["sampling"]) for s in by_env[bandit]} == {(0.7, 0.9, 0.05)}
+    assert {tuple(s.meta["sampling"]) for s in by_env[ENV]} == {(1.0, 1.0, 0.0)}
+    assert sorted(s.episode_id.rsplit("#", 1)[1] for s in by_env[bandit]) == ["4", "5", "6"]

@@ -73,6 +73,19 @@ def test_evaluate_is_a_library_call_with_paired_outcomes():
     assert "episodes" not in report.to_dict() and len(report.episodes) == 5
 
 
+def test_a_split_evaluated_beside_gets_its_row_below_the_mean_and_stays_out_of_it():
+    """evaluation.beside (Code's HumanEval beside its held-out problems): its own row, paired like a task's, and the
+    mean over tasks as without it."""
+    done = _done()
+    lost, quarter = [False] * 64, [True] * 16 + [False] * 48
+    for stage, won in (("eval_base", lost), ("eval_sft", quarter), ("eval_rl", quarter)):
+        done[stage]["beside"] = {"a@test": _task(won)}
+    rows = table(done, "success")
+    assert rows[:5] == table(_done(), "success")
+    assert rows[5].startswith("| a@test (beside, not in the mean) | 0.00 [0.00, 0.06] | 0.25 [")
+    assert rows[5].endswith("| +0.00 [+0.00, +0.00] |") and len(rows) == 6
+
+
 def test_the_summary_shows_how_often_the_clip_acted_during_rl():
     from eppo_train.report.summary import clip_table
 

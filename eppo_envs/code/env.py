@@ -6,7 +6,10 @@ share of passing tests. The last test the model has not been shown stays hidden 
 so a win never rests on tests it was shown alone: HumanEval/29, /34 and /35 have one or two tests, and a reply
 returning the revealed expected value would win them on the next attempt. Turns without a complete fenced block are
 invalid and never start a sandbox run.
-Splits: `test` is HumanEval's 164 problems; `train` the generated problems (levels 1-4, selectable).
+Splits: `test` is HumanEval's 164 problems; `train` the generated problems (levels 1-4, selectable); `heldout` the
+generated problems no `train` problem repeats (new parameters of each template, and at level 4 body shapes no
+training problem has: `generated.heldout_problems`), for evaluating at the trained levels on problems that SFT's
+demonstrations and RL's draws cannot reach. A split's problems are built when it is first used.
 """
 
 from __future__ import annotations
@@ -15,21 +18,23 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from eppo_envs.code.generated import generated_problems
+from eppo_envs.code.generated import generated_problems, heldout_problems
 from eppo_envs.code.harness import DEFAULT_TIME_LIMIT_S, TestReport, count_tests, run_tests
 from eppo_envs.code.humaneval import humaneval_problems
 from eppo_envs.code.problems import CodeProblem
 from eppo_envs.core import AgentEnv, StepResult, Tool, extract_code_block
 from eppo_envs.tools.sandbox import Limits, Sandbox, SandboxConfig
 
-PROBLEM_SOURCES = {"humaneval": humaneval_problems, "generated": generated_problems}
-DEFAULT_SPLIT_SOURCES = {"train": "generated", "test": "humaneval"}
+PROBLEM_SOURCES = {"humaneval": humaneval_problems, "generated": generated_problems,
+                   "generated_heldout": heldout_problems}
+DEFAULT_SPLIT_SOURCES = {"train": "generated", "heldout": "generated_heldout", "test": "humaneval"}
 FEEDBACK_CHARS = 1500
 
 
 class CodeEnv(AgentEnv):
     task = "code"
     tool_tags = ()
+    splits = tuple(DEFAULT_SPLIT_SOURCES)
     reward_changes = (
         "2026-12-06: a solution's StopIteration is a plain failure (it could end a test's map or filter early and "
         "pass it); the last test not yet shown stays hidden, so a win never rests on copying a revealed value",
@@ -51,16 +56,12 @@ class CodeEnv(AgentEnv):
         **kwargs: Any,
     ) -> None:
         super().__init__(split, **kwargs)
-        levels = None if level is None else set([level] if isinstance(level, int) else level)
-        sources = {**DEFAULT_SPLIT_SOURCES, **(split_sources or {})}
-        self._problems: dict[str, tuple[CodeProblem, ...]] = {}
-        for name, source in sources.items():
+        self._levels = None if level is None else set([level] if isinstance(level, int) else level)
+        self._sources = {**DEFAULT_SPLIT_SOURCES, **(split_sources or {})}
+        for source in self._sources.values():
             if source not in PROBLEM_SOURCES:
                 raise ValueError(f"unknown code problem source {source!r}; choose from {sorted(PROBLEM_SOURCES)}")
-            problems = PROBLEM_SOURCES[source]()
-            if levels is not None and source == "generated":
-                problems = tuple(p for p in problems if p.level in levels)
-            self._problems[name] = problems
+        self._loaded: dict[str, tuple[CodeProblem, ...]] = {}
         if not time_limit_s > 0:
             raise ValueError(f"time_limit_s must be positive, got {time_limit_s!r}")
         self.max_attempts = max_attempts
@@ -74,14 +75,25 @@ class CodeEnv(AgentEnv):
             self._sandbox = Sandbox(SandboxConfig(limits=Limits(wall_s=15.0, cpu_s=15, memory_mb=1024)))
         return self._sandbox
 
+    def problems(self, split: str) -> tuple[CodeProblem, ...]:
+        """`split`'s problems (its source, the configured levels of a generated one), built on first use: the
+        held-out set takes seconds to make, and most envs never reset on it."""
+        if split not in self._loaded:
+            source = self._sources[split]
+            problems = PROBLEM_SOURCES[source]()
+            if self._levels is not None and source.startswith("generated"):
+                problems = tuple(p for p in problems if p.level in self._levels)
+            self._loaded[split] = problems
+        return self._loaded[split]
+
     def num_instances(self, split: str) -> int:
-        return len(self._problems[split])
+        return len(self.problems(split))
 
     def instance_id(self, split: str, index: int) -> str:
-        return f"code/{split}/{self._problems[split][index].key}"
+        return f"code/{split}/{self.problems(split)[index].key}"
 
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict]:
-        self.problem = self._problems[split][index]
+        self.problem = self.problems(split)[index]
         self.attempts = 0
         self._total_tests = count_tests(self.problem.tests)
         self._shown_tests: set[int] = set()  # the tests whose source and error the model has seen

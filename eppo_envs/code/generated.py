@@ -9,11 +9,19 @@ family solves the rest (SmolLM2-135M after the pipeline's SFT: 0.97 on levels 2-
 steps drawn per problem (a filter, a map and a reduction; a chain of string edits; a piecewise function; an
 element-wise pairing under a condition): the body's shape changes from problem to problem and has to be read
 from the docstring.
+
+Two sets: `generated_problems()`, problems 0..49 of each family (the Code env's `train` split, which SFT and RL
+draw from), and `heldout_problems()` (its `heldout` split, for evaluation): problems 50 and on of each family, kept
+only when no training problem has the same docstring and body (a level-1-3 family has few parameter values, so a
+later index can repeat an earlier problem under another name) and, at level 4, when no training problem has the
+same body shape (its numbers and letters masked): held-out templates where the generator has them. A level-1-3
+family has one shape, so its held-out problems are new parameters of a trained template.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -201,7 +209,9 @@ LEVEL_4: tuple[Family, ...] = (
 FAMILIES = FAMILIES + LEVEL_4
 
 
-def _make(family: Family, i: int) -> CodeProblem:
+def _text(family: Family, i: int) -> tuple[random.Random, dict, str, str, str]:
+    """Problem i's parameters drawn: (its generator, for the tests; the parameters; function name; prompt;
+    reference)."""
     rng = random.Random(f"eppo-code/{family.name}/{i}")
     params = family.params(rng)
     fn = f"{family.name}_{i:03d}"
@@ -209,7 +219,11 @@ def _make(family: Family, i: int) -> CodeProblem:
     doc = family.doc.format(**params)
     prompt = f'{signature}\n    """{doc}"""\n'
     body = family.body.format(**params)
-    reference = prompt + body + "\n"
+    return rng, params, fn, prompt, prompt + body + "\n"
+
+
+def _make(family: Family, i: int) -> CodeProblem:
+    rng, params, fn, prompt, reference = _text(family, i)
     namespace: dict = {}
     exec(compile(reference, f"<reference {fn}>", "exec"), namespace)  # our own template code, not model output
     asserts, seen = [], set()
@@ -231,3 +245,46 @@ def generated_problems() -> tuple[CodeProblem, ...]:
     """All generated problems (16 families x 50 = 800), interleaved: problem i of every family, then i+1, so that
     consecutive seeds (an evaluation list) cover every family and level."""
     return tuple(_make(family, i) for i in range(PER_FAMILY) for family in FAMILIES)
+
+
+HELDOUT_PER_FAMILY = 25
+HELDOUT_TRIES = 400  # indices tried per family past the training ones
+
+
+def _content(reference: str, fn: str) -> str:
+    return reference.replace(fn, "FN")
+
+
+def _shape(content: str) -> str:
+    return re.sub(r"'[a-z]'", "'C'", re.sub(r"\d+", "N", content.split('"""')[-1]))
+
+
+def problem_content(p: CodeProblem) -> str:
+    """A problem's docstring and body without its function's name: two indices with the same parameters match."""
+    return _content(p.reference, p.entry_point)
+
+
+def problem_shape(p: CodeProblem) -> str:
+    """A problem's body with its numbers and one-letter literals masked: a level-4 problem's template."""
+    return _shape(problem_content(p))
+
+
+@lru_cache(maxsize=1)
+def heldout_problems() -> tuple[CodeProblem, ...]:
+    """The held-out generated problems (module docstring), interleaved across families as `generated_problems`."""
+    train = generated_problems()
+    contents = {problem_content(p) for p in train}
+    shapes = {problem_shape(p) for p in train if p.level == 4}
+    per_family: list[list[CodeProblem]] = []
+    for family in FAMILIES:
+        kept: list[CodeProblem] = []
+        for i in range(PER_FAMILY, PER_FAMILY + HELDOUT_TRIES):
+            _, _, fn, _, reference = _text(family, i)  # judged on the text; only a kept problem runs its reference
+            content = _content(reference, fn)
+            if content in contents or (family.level == 4 and _shape(content) in shapes):
+                continue
+            kept.append(_make(family, i))
+            if len(kept) == HELDOUT_PER_FAMILY:
+                break
+        per_family.append(kept)
+    return tuple(ps[i] for i in range(HELDOUT_PER_FAMILY) for ps in per_family if i < len(ps))

@@ -11,8 +11,11 @@
   context an episode is one sample, every member starts from the same prompt, and gigpo is (1 + weight) x grpo.
 
 Groups whose rewards are all equal carry no signal: they are counted (`zero_variance_groups`) and, with
-`filter_zero_variance` (DAPO's dynamic sampling), dropped from the batch. `compute_advantages` returns new
-`Sample`s; the rollout's records are never changed. An estimator is one function plus one `register_estimator`.
+`filter_zero_variance` (DAPO's dynamic sampling), dropped from the batch (`AdvantageResult.dropped` holds them, for
+the anchor: algos/anchors.py). A task may have its own estimator (`env.tasks[].advantage`, e.g. gigpo for the
+window-mode tasks and grpo for the rest): each estimator then sees only its tasks' samples, which is exact since a
+group never spans two tasks. `compute_advantages` returns new `Sample`s; the rollout's records are never changed.
+An estimator is one function plus one `register_estimator`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class AdvantageResult:
     samples: list[Sample]  # the batch to train on (zero-variance groups dropped when filtering)
     stats: dict[str, float] = field(default_factory=dict)  # batch-level numbers for the metrics
     per_task: dict[str, dict[str, float]] = field(default_factory=dict)  # task -> adv_mean/std/zero_var_frac
+    dropped: list[Sample] = field(default_factory=list)  # the filtered groups' samples (advantage 0)
 
 
 def _groups(samples: list[Sample]) -> dict[str, list[Sample]]:
@@ -184,22 +188,36 @@ def _checked_values(name: str, values: object, samples: list[Sample]) -> dict[in
     return out
 
 
+def flat_groups(samples: list[Sample]) -> set[str]:
+    """The group ids whose episodes all have the same reward (no GRPO signal)."""
+    return {gid for gid, g in _groups(samples).items() if len(set(_episode_rewards(g).values())) <= 1}
+
+
 def compute_advantages(
     samples: list[Sample],
     estimator: str = "grpo",
     scale_by_std: bool = True,
     filter_zero_variance: bool = False,
     options: dict[str, Any] | None = None,
+    task_estimators: dict[str, str] | None = None,
 ) -> AdvantageResult:
     """New samples with `advantage` set (the input is left as it is); report (and optionally drop) groups with
-    no reward variance. `options`: the estimator's own (`algo.advantage_options`)."""
-    spec = ESTIMATORS.get(estimator)
-    opts = estimator_options(estimator, options or {})
+    no reward variance. `options`: the estimator's own (`algo.advantage_options`). `task_estimators`: task label
+    -> another estimator for that task's samples (with its default options)."""
     groups = _groups(samples)
-    flat = {gid for gid, g in groups.items() if len(set(_episode_rewards(g).values())) <= 1}
+    flat = flat_groups(samples)
     chosen = [s for s in samples if s.group_id not in flat] if filter_zero_variance else list(samples)
-    values = _checked_values(estimator, spec.fn(chosen, scale_by_std=scale_by_std, options=opts), chosen)
+    own = task_estimators or {}
+    values: dict[int, float] = {}
+    for name in dict.fromkeys([estimator, *own.values()]):
+        part = [s for s in chosen if own.get(s.task, estimator) == name]
+        if not part:
+            continue
+        spec = ESTIMATORS.get(name)
+        opts = estimator_options(name, (options or {}) if name == estimator else {})
+        values.update(_checked_values(name, spec.fn(part, scale_by_std=scale_by_std, options=opts), part))
     kept = [replace(s, advantage=values[id(s)]) for s in chosen]
+    dropped = [replace(s, advantage=0.0) for s in samples if s.group_id in flat] if filter_zero_variance else []
 
     per_task: dict[str, dict[str, float]] = {}
     for task in sorted({s.task for s in samples}):
@@ -220,4 +238,4 @@ def compute_advantages(
         "adv_mean": statistics.fmean(advs) if advs else 0.0,
         "adv_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
     }
-    return AdvantageResult(kept, stats, per_task)
+    return AdvantageResult(kept, stats, per_task, dropped)

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# What a sample trains, `Sample.meta["role"]` (algos/anchors.py): the policy-gradient loss (the default), the KL
+# anchor to the start model (a group without reward variance, algo.anchor_kl), or PPO-ptx's NLL (an SFT
+# demonstration, algo.ptx_coef). A row's role code in the learner's padded batch is its index in ROLES.
+POLICY, ANCHOR, DEMO = "policy", "anchor", "demo"
+ROLES = (POLICY, ANCHOR, DEMO)
+
 
 @dataclass
 class Sample:

@@ -170,3 +170,16 @@ def rollout_metrics(episodes: Sequence[Episode], samples: Sequence[Sample]) -> d
         per[task] = {_METRIC_NAMES.get(k, k): float(v) for k, v in stats.items() if k != "truncated"}
         per[task]["samples"] = float(sum(1 for s in samples if s.task == task))
     return per
+
+
+def rescue_at_k(greedy_won: bool, wins: int, n: int, k: int) -> float:
+    """The chance that one of `k` replies drawn (without replacement) from `n` samples with `wins` wins is a win,
+    on an instance the greedy reply loses (0 where it wins): the unbiased pass@k estimator of Chen et al. 2021,
+    `1 - C(n - wins, k) / C(n, k)`, restricted to the greedy reply's losses. Needs `1 <= k <= n`."""
+    if not 1 <= k <= n:
+        raise ValueError(f"rescue@{k} needs 1 <= k <= n samples, got n = {n}")
+    if greedy_won or wins <= 0:
+        return 0.0
+    if n - wins < k:
+        return 1.0
+    return 1.0 - math.comb(n - wins, k) / math.comb(n, k)

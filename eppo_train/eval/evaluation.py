@@ -45,6 +45,7 @@ class EvalSpec:
     max_total_tokens: int = 4096
     temperature: float = 0.0  # 0: greedy
     top_p: float = 1.0
+    min_p: float = 0.0
     seed: int = 0  # sampling seed when temperature > 0
     samples: int = 1  # replies per instance (temperature > 0): success is then pass@1 and the report adds pass@k
     batch_size: int = 64  # episodes played in lockstep per chunk
@@ -260,7 +261,8 @@ def evaluate(spec: EvalSpec, agent: Agent, policy_name: str = "",
     max_turns = spec.max_turns or max((gym.spec(e).max_episode_steps or 30) for e in spec.tasks)
     cfg = RolloutConfig(group_size=spec.samples, max_turns=max_turns, max_new_tokens=spec.max_new_tokens,
                         reply_tokens=dict(spec.reply_tokens), max_total_tokens=spec.max_total_tokens,
-                        temperature=spec.temperature, top_p=spec.top_p, seed=spec.seed, progress=spec.progress_bar)
+                        temperature=spec.temperature, top_p=spec.top_p, min_p=spec.min_p, seed=spec.seed,
+                        progress=spec.progress_bar)
     episodes, stats = [], []
     t0 = time.perf_counter()
     done_before = tokens_before = 0

@@ -24,16 +24,22 @@ if TYPE_CHECKING:
 SetProgress = Callable[[int, int, int, float], None]
 
 
-def eval_specs(cfg: Config, slots: list[TaskSlot]) -> list[tuple[EvalSpec, list]]:
-    """The fixed evaluation set as specs, one per split in use, each with the task slots it covers."""
+def eval_specs(cfg: Config, slots: list[TaskSlot], beside: bool = False) -> list[tuple[EvalSpec, list]]:
+    """The fixed evaluation set as specs, one per split in use, each with the task slots it covers; `beside`: the
+    specs of `evaluation.beside` instead (one per task and extra split)."""
     ev = cfg.evaluation
     by_split: dict[str | None, list] = {}
-    for s in slots:
-        by_split.setdefault(ev.split.get(s.label), []).append(s)
+    if beside:
+        pairs = [(s, split) for s in slots for split in ev.beside.get(s.label, [])]
+        groups = [(split, [s]) for s, split in pairs]
+    else:
+        for s in slots:
+            by_split.setdefault(ev.split.get(s.label), []).append(s)
+        groups = list(by_split.items())
     return [(EvalSpec([s.env_id for s in group], ev.episodes, split, ev.max_turns or cfg.rollout.max_turns,
                       ev.max_new_tokens or cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens,
                       batch_size=ev.batch_size, reply_tokens=reply_tokens(group)), group)
-            for split, group in by_split.items()]
+            for split, group in groups]
 
 
 def greedy_params(cfg: Config) -> SamplingParams:
@@ -51,12 +57,16 @@ def evaluation_agent(cfg: Config, policy: PolicyBackend) -> PolicyAgent:
 def evaluate_set(cfg: Config, slots: list[TaskSlot], policy: Any, name: str,
                  on_progress: SetProgress | None = None) -> dict[str, Any]:
     """Greedy evaluation of `policy` (an Agent or a policy backend) on the fixed set: `{"model": name,
-    "episodes_per_task", "tasks": {task label: evaluation.summarise(...) + env_id, split}, "seconds"}`."""
-    specs = eval_specs(cfg, slots)
-    total = sum(len(spec.tasks) * spec.episodes for spec, _ in specs)
+    "episodes_per_task", "tasks": {task label: evaluation.summarise(...) + env_id, split}, "seconds"}`, and with
+    `evaluation.beside`, `"beside": {"<label>@<split>": the same}` (reported beside the task, not in its mean)."""
+    main = eval_specs(cfg, slots)
+    extra = eval_specs(cfg, slots, beside=True)
+    specs = [(spec, group, False) for spec, group in main] + [(spec, group, True) for spec, group in extra]
+    total = sum(len(spec.tasks) * spec.episodes for spec, _, _ in specs)
     tasks: dict[str, Any] = {}
+    beside: dict[str, Any] = {}
     seconds, before, tokens = 0.0, 0, 0
-    for spec, group in specs:
+    for spec, group, aside in specs:
         def report_progress(p: EvalProgress, before: int = before, spent: float = seconds, made: int = tokens) -> None:
             if on_progress is not None:  # totals over every spec, for one ETA over the whole set
                 on_progress(before + p.done, total, made + p.tokens, spent + p.seconds)
@@ -66,5 +76,10 @@ def evaluate_set(cfg: Config, slots: list[TaskSlot], policy: Any, name: str,
         before += len(spec.tasks) * spec.episodes
         tokens += report.tokens_generated
         for s in group:
-            tasks[s.label] = {**report.tasks[s.env_id], "env_id": s.env_id, "split": spec.split or "eval_split"}
-    return {"model": name, "episodes_per_task": cfg.evaluation.episodes, "tasks": tasks, "seconds": seconds}
+            entry = {**report.tasks[s.env_id], "env_id": s.env_id, "split": spec.split or "eval_split"}
+            if aside:
+                beside[f"{s.label}@{spec.split}"] = entry
+            else:
+                tasks[s.label] = entry
+    out = {"model": name, "episodes_per_task": cfg.evaluation.episodes, "tasks": tasks, "seconds": seconds}
+    return {**out, "beside": beside} if beside else out

@@ -14,6 +14,13 @@ With `staleness` = k > 0 the generator samples iteration t with the weights afte
 asynchronous trainers sample with stale weights): the learner keeps its last k + 1 trainable weights, hands the
 oldest to the generator (`sampling_weights`) and runs pass 1 with them, so the old log-probs are exactly the
 sampling policy's and the ratio measures how far the learner has moved since.
+The log-probs are those of the distribution each sample was drawn from: its recorded temperature, min-p and top-p
+(algos/sampling.py). Pass 1 also compares them with the sampler's (the samples' `old_logprobs` as the rollout
+recorded them): the mismatch metrics and, with `rollout_correction: tis`, each token's truncated importance weight,
+which scales its advantage (algos/correction.py). Rows play a role (`meta["role"]`, algos/anchors.py): policy rows
+take the loss, weighted per task (`meta["loss_weight"]`); anchor and demo rows add their own terms, outside the
+policy rows' normaliser and the pacer's entropies. With `fp32_master`, a bf16 model's trained weights are stepped as
+float32 copies (master.py); every step logs the share of trained weights whose bf16 value it changed.
 Logits are only formed for the positions that predict a model token, a chunk of positions at a time (under
 activation checkpointing when gradients are needed), so the vocabulary-sized tensor never exists for the batch.
 With frozen bottom blocks (`train_top_layers`) and `cache_frozen`, pass 1 keeps each sample's hidden states at the
@@ -36,6 +43,8 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from eppo_train.algos.anchors import anchor_terms
+from eppo_train.algos.correction import truncated_weights
 from eppo_train.algos.losses import (
     LOSSES,
     LossInputs,
@@ -46,8 +55,9 @@ from eppo_train.algos.losses import (
     token_weights,
 )
 from eppo_train.algos.pacing import EntropyPacer, PaceStep
+from eppo_train.algos.sampling import processed_logprobs
 from eppo_train.config import Config
-from eppo_train.core.records import Sample
+from eppo_train.core.records import ANCHOR, DEMO, POLICY, ROLES, Sample
 from eppo_train.learner.frozen_cache import (
     CHECK_ATOL,
     cache_start,
@@ -57,6 +67,7 @@ from eppo_train.learner.frozen_cache import (
     top_hidden,
     unpad,
 )
+from eppo_train.learner.master import MasterWeights, bf16_changed_share
 from eppo_train.policy.models import load_model
 from eppo_train.policy.precision import use_cpu_autocast
 
@@ -87,10 +98,12 @@ def token_logprobs_entropy(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     mask: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float | torch.Tensor = 1.0,
     chunk: int = 256,
     grad: bool = False,
     fp32_head: bool = False,
+    top_p: float | torch.Tensor = 1.0,
+    min_p: float | torch.Tensor = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob and entropy (fp32, nats) of every masked token, as [B, T] tensors (0 elsewhere).
 
@@ -98,7 +111,7 @@ def token_logprobs_entropy(
     """
     # use_cache=False: a training forward never decodes further, so the KV cache HF builds by default is dead weight
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad, fp32_head)
+    return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad, fp32_head, top_p, min_p)
 
 
 def hidden_logprobs_entropy(
@@ -106,12 +119,18 @@ def hidden_logprobs_entropy(
     hidden: torch.Tensor,
     input_ids: torch.Tensor,
     mask: torch.Tensor,
-    temperature: float = 1.0,
+    temperature: float | torch.Tensor = 1.0,
     chunk: int = 256,
     grad: bool = False,
     fp32_head: bool = False,
+    top_p: float | torch.Tensor = 1.0,
+    min_p: float | torch.Tensor = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_logprobs_entropy` from the model's last hidden state [B, T, H] (after the final norm).
+
+    `temperature`, `top_p`, `min_p`: the sampler's settings, one number or one per row ([B]); the log-probs are
+    those of the tempered distribution cut by min-p and top-p and renormalised, as the sampler drew from it
+    (algos/sampling.py); the entropy is the tempered distribution's, uncut.
 
     `fp32_head`: the vocab projection in float32 even under bf16 autocast. bf16 logits carry ~8 significant bits,
     an error of a few hundredths of a nat on a log-prob, as large as one RL step's change of it, so the PPO ratio
@@ -129,20 +148,32 @@ def hidden_logprobs_entropy(
             bias = None if head.bias is None else head.bias.float()
             return torch.nn.functional.linear(h.float(), head.weight.float(), bias)
 
-    def project(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = head_logits(h) / temperature
+    def per_token(value: float | torch.Tensor) -> torch.Tensor:
+        """A setting per masked position (a row's value repeated over its tokens)."""
+        if isinstance(value, torch.Tensor):
+            rows = value.to(hidden.device, torch.float32)[:, None].expand(where.shape)
+            return rows[where]
+        return torch.full(targets.shape, float(value), device=hidden.device)
+
+    temps, tops, mins = per_token(temperature), per_token(top_p), per_token(min_p)
+    cut = bool((tops < 1).any() or (mins > 0).any())
+
+    def project(h: torch.Tensor, t: torch.Tensor, temp: torch.Tensor, tp: torch.Tensor,
+                mp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head_logits(h) / temp[:, None]
         lse = torch.logsumexp(logits, dim=-1)
-        lp = logits.gather(1, t[:, None]).squeeze(1) - lse
+        lp = processed_logprobs(logits, t, tp, mp) if cut else logits.gather(1, t[:, None]).squeeze(1) - lse
         ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
         return lp, ent
 
     lps, ents = [], []
     for s in range(0, states.shape[0], chunk):
-        h, t = states[s : s + chunk], targets[s : s + chunk]
+        part = slice(s, s + chunk)
+        h, t = states[part], targets[part]
         if grad and h.requires_grad:
-            lp, ent = checkpoint(project, h, t, use_reentrant=False)
+            lp, ent = checkpoint(project, h, t, temps[part], tops[part], mins[part], use_reentrant=False)
         else:
-            lp, ent = project(h, t)
+            lp, ent = project(h, t, temps[part], tops[part], mins[part])
         lps.append(lp)
         ents.append(ent)
     logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
@@ -241,11 +272,15 @@ class Learner:
                 print(f"learner: frozen-layer cache off ({why}); every pass runs the full model", file=sys.stderr,
                       flush=True)
         self.ref = None
-        if cfg.algo.kl_coef > 0:
+        if cfg.algo.kl_coef > 0 or cfg.algo.anchor_kl > 0:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
         params = [p for p in self.model.parameters() if p.requires_grad]
         lc = cfg.learner
-        self.optimizer = torch.optim.AdamW(params, lr=lc.lr, betas=lc.betas, weight_decay=lc.weight_decay)
+        # fp32 copies take the optimizer's steps where the trained weights are not float32 already (master.py)
+        self.master = (MasterWeights(params) if lc.fp32_master and any(p.dtype != torch.float32 for p in params)
+                       else None)
+        self.optimizer = torch.optim.AdamW(self.master.master if self.master else params, lr=lc.lr, betas=lc.betas,
+                                           weight_decay=lc.weight_decay)
         self.spec = LOSSES.get(cfg.algo.name)
         self.options = loss_options(cfg.algo.name, cfg.algo.options)  # the loss's own dataclass
         self.eps_low = cfg.algo.eps_low if cfg.algo.eps_low is not None else self.spec.eps_low
@@ -255,6 +290,7 @@ class Learner:
         self.pacer = EntropyPacer(cfg.pacing, self.eps_low, self.eps_high)
         self.rng = torch.Generator().manual_seed(cfg.run.seed)  # Clip-Cov's token choice, mini-batch shuffling
         self.step = 0
+        self._is_weights: dict[int, torch.Tensor] = {}  # sample position -> its importance weights (train_step)
         # the trainable weights after the last k + 1 steps, oldest first: [0] is what the generator samples with
         self.history: deque[dict[str, torch.Tensor]] = deque([self.trainable_weights()],
                                                              maxlen=cfg.learner.staleness + 1)
@@ -264,12 +300,22 @@ class Learner:
         rows = [samples[i] for i in idx]
         ids, attn, mask = pad_tokens(rows)
         out = {k: torch.zeros(mask.shape) for k in ("old", "adv", "lo", "hi")}
+        out["isw"] = torch.ones(mask.shape)  # truncated importance weights (rollout correction), 1 when off
         for r, s in enumerate(rows):
             n = len(s.input_ids)
             out["old"][r, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
             out["adv"][r, :n] = s.advantage
             lo, hi = self._bounds.get(s.task, (self.eps_low, self.eps_high))
             out["lo"][r, :n], out["hi"][r, :n] = lo, hi
+            if idx[r] in self._is_weights:
+                out["isw"][r, :n] = self._is_weights[idx[r]]
+        # per row: the sampler's settings (the rollout records them; older samples: the config's), role, task weight
+        rc = self.cfg.rollout
+        settings = [s.meta.get("sampling") or (rc.temperature, rc.top_p, rc.min_p) for s in rows]
+        for k, key in enumerate(("temp", "top_p", "min_p")):
+            out[key] = torch.tensor([float(x[k]) for x in settings])
+        out["role"] = torch.tensor([ROLES.index(s.meta.get("role", POLICY)) for s in rows])
+        out["w"] = torch.tensor([float(s.meta.get("loss_weight", 1.0)) for s in rows])
         out["ids"], out["attn"], out["mask"] = ids, attn, mask
         return {k: v.to(self.device) for k, v in out.items()}
 
@@ -277,16 +323,16 @@ class Learner:
                states: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs and entropies of a padded micro-batch: the full forward, or with `states` (each row's hidden
         states entering block `cache_from`) the top blocks only."""
-        temperature, chunk = self.cfg.rollout.temperature, self.cfg.learner.logit_chunk
-        fp32_head = self.cfg.learner.fp32_head
+        chunk, fp32_head = self.cfg.learner.logit_chunk, self.cfg.learner.fp32_head
+        cut = {"top_p": b["top_p"], "min_p": b["min_p"]}  # the sampler's cut distribution (algos/sampling.py)
         with autocast(self.device, self.cfg.learner.bf16_autocast_cpu):
             if states is None:
-                return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], temperature, chunk, grad=grad,
-                                              fp32_head=fp32_head)
+                return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], b["temp"], chunk, grad=grad,
+                                              fp32_head=fp32_head, **cut)
             assert self.cache_from is not None
             hidden = top_hidden(model, self.cache_from, pad_states(states, b["ids"].shape[1]), b["attn"])
-            return hidden_logprobs_entropy(model, hidden, b["ids"], b["mask"], temperature, chunk, grad=grad,
-                                           fp32_head=fp32_head)
+            return hidden_logprobs_entropy(model, hidden, b["ids"], b["mask"], b["temp"], chunk, grad=grad,
+                                           fp32_head=fp32_head, **cut)
 
     def _keep_states(self, seen: list[torch.Tensor], b: dict[str, torch.Tensor], lengths: list[int],
                      lp: torch.Tensor, ent: torch.Tensor) -> list[torch.Tensor] | None:
@@ -340,6 +386,9 @@ class Learner:
         first = self._epoch_plan(samples)
         batches = [[mb[j] for j in idx] for mb, micro in first for idx in micro]
         self._bounds: dict[str, tuple[float, float]] = {}
+        self._is_weights: dict[int, torch.Tensor] = {}
+        roles = [s.meta.get("role", POLICY) for s in samples]
+        mismatch: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
         # 1. no-grad pass: old log-probs under the training model, entropies (H_k), reference log-probs
         ent_sum: dict[str, float] = defaultdict(float)
@@ -370,13 +419,22 @@ class Learner:
                 for r, i in enumerate(idx):
                     s, n = samples[i], len(samples[i].input_ids)
                     m = b["mask"][r, :n]
-                    ent_sum[s.task] += float((ent[r, :n] * m).sum())
-                    tok[s.task] += float(m.sum())
+                    if roles[i] == POLICY:  # H_k: the tokens the policy gradient trains (as before anchors)
+                        ent_sum[s.task] += float((ent[r, :n] * m).sum())
+                        tok[s.task] += float(m.sum())
                     if lc.recompute_old_logprobs:
                         fresh_old[i] = (lp[r, :n] * m).tolist()
+                        if roles[i] != DEMO and s.meta.get("behaviour", "policy") == "policy":
+                            # old = the sampler's log-probs here (not yet replaced): algos/correction.py
+                            w, mm = truncated_weights(lp[r, :n], b["old"][r, :n], m, lc.tis_cap)
+                            for key, value in vars(mm).items():
+                                mismatch[s.task][key] += value
+                            if lc.rollout_correction == "tis":
+                                self._is_weights[i] = w
                     if ref is not None:
                         ref_lp[i] = ref[r, :n].tolist()
-                        ref_kl_sum[s.task] += float((k3(lp[r, :n], ref[r, :n]) * m).sum())
+                        if roles[i] == POLICY:  # over the same tokens as H_k (anchor rows report anchor_kl)
+                            ref_kl_sum[s.task] += float((k3(lp[r, :n], ref[r, :n]) * m).sum())
         self.model.train()
         if self.cache_from is None or not self._cache_checked:
             cached.clear()
@@ -389,11 +447,16 @@ class Learner:
 
         # 2. optimizer steps
         acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        aux: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # anchor and demo terms per task
         losses, norms = [], []
         for epoch in range(lc.epochs):
             plan = first if epoch == 0 else self._epoch_plan(samples)
             for mb, micro in plan:
-                total_tokens = float(sum(samples[i].num_response_tokens for i in mb))
+                # the policy-gradient weights count policy rows only; anchor and demo rows have their own normalisers
+                pg = [i for i in mb if roles[i] == POLICY]
+                total_tokens = float(sum(samples[i].num_response_tokens for i in pg))
+                aux_tokens = {role: float(sum(samples[i].num_response_tokens for i in mb if roles[i] == role))
+                              for role in (ANCHOR, DEMO)}
                 self.optimizer.zero_grad(set_to_none=True)
                 loss_total = 0.0
                 for idx in micro:
@@ -405,26 +468,46 @@ class Learner:
                         ref = torch.zeros_like(lp)
                         for r, i in enumerate(rows):
                             ref[r, : len(ref_lp[i])] = torch.tensor(ref_lp[i])
-                    inp = LossInputs(lp, b["old"], b["adv"], b["mask"], b["lo"], b["hi"], ref, self.cfg.algo.kl_coef,
-                                     self.options, self.rng)
+                    pg_mask = b["mask"] * (b["role"] == ROLES.index(POLICY))[:, None].float()
+                    # the importance weight scales the advantage: the policy-gradient term, not the KL penalty
+                    inp = LossInputs(lp, b["old"], b["adv"] * b["isw"], pg_mask, b["lo"], b["hi"], ref,
+                                     self.cfg.algo.kl_coef, self.options, self.rng)
                     out = checked_output(self.cfg.algo.name, self.spec.fn(inp), lp)
-                    loss = aggregate(out, token_weights(b["mask"], self.agg, total_tokens, float(len(mb))))
+                    weights = token_weights(pg_mask, self.agg, total_tokens, float(len(pg))) * b["w"][:, None]
+                    loss = aggregate(out, weights)
+                    if any(aux_tokens.values()):
+                        terms = anchor_terms(lp, ref, b["mask"], b["role"], self.cfg.algo.anchor_kl,
+                                             self.cfg.algo.ptx_coef, aux_tokens[ANCHOR], aux_tokens[DEMO])
+                        loss = loss + terms.loss
+                        for r, i in enumerate(rows):
+                            a = aux[samples[i].task]
+                            if roles[i] != POLICY:
+                                a[f"{roles[i]}_sum"] += float((terms.anchor_per_token if roles[i] == ANCHOR
+                                                               else terms.demo_per_token)[r].sum())
+                                a[f"{roles[i]}_tokens"] += float(b["mask"][r].sum())
                     loss.backward()
                     loss_total += float(loss.detach())
-                    ratio = ratio_diagnostics(lp.detach(), b)
+                    ratio = ratio_diagnostics(lp.detach(), {**b, "mask": pg_mask})
                     for r, i in enumerate(rows):
                         a = acc[samples[i].task]
                         a["clipped"] += float(out.clipped[r].sum())
                         a["kl"] += float(out.approx_kl[r].sum())
-                        a["tokens"] += float(b["mask"][r].sum())
+                        a["tokens"] += float(pg_mask[r].sum())
                         for key, values in ratio.items():
                             a[key] = max(a[key], float(values[r])) if key == "ratio_max" else a[key] + float(values[r])
                 params = [p for p in self.model.parameters() if p.requires_grad]
+                if self.master is not None:
+                    self.master.grads_to_master()
+                    params = self.master.master
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, lc.max_grad_norm)))
                 self.optimizer.step()
+                if self.master is not None:
+                    self.master.to_model()
                 losses.append(loss_total)
         self.step += 1
-        self.history.append(self.trainable_weights())
+        after = self.trainable_weights()
+        changed = bf16_changed_share(self.history[-1], after)  # what a bf16 copy sees of this step (master.py)
+        self.history.append(after)
         elapsed = time.perf_counter() - t0
         all_tokens = sum(len(s.input_ids) for s in samples)
         per_task = {}
@@ -448,6 +531,15 @@ class Learner:
             }
             if self.ref is not None:
                 per_task[t]["ref_kl"] = ref_kl_sum[t] / max(tok[t], 1.0)
+        for t, mm in mismatch.items():
+            per_task.setdefault(t, {}).update(mismatch_abs=mm["abs_diff"] / max(mm["tokens"], 1.0),
+                                              mismatch_kl=mm["kl"] / max(mm["tokens"], 1.0),
+                                              is_clip_frac=mm["clipped"] / max(mm["tokens"], 1.0))
+        for t, a in aux.items():
+            for role, name in ((ANCHOR, "anchor_kl"), (DEMO, "ptx_nll")):
+                if a[f"{role}_tokens"]:
+                    per_task.setdefault(t, {})[name] = a[f"{role}_sum"] / a[f"{role}_tokens"]
+                    per_task[t][f"{role}_tokens"] = a[f"{role}_tokens"] / lc.epochs
         every = {k: sum(a[k] for a in acc.values()) for k in ("clipped", "clip_low", "clip_high", "tokens")}
         metrics = {
             "loss": float(np.mean(losses)) if losses else 0.0,
@@ -463,7 +555,12 @@ class Learner:
             "entropy_spikes": float(len(pace.spikes)),
             "entropy_crossovers_total": float(self.pacer.crossovers),
             "entropy_spikes_total": float(self.pacer.spikes),
+            "bf16_changed_frac": changed,
         }
+        seen = {k: sum(mm[k] for mm in mismatch.values()) for k in ("tokens", "abs_diff", "kl", "clipped")}
+        if seen["tokens"]:
+            metrics.update(mismatch_abs=seen["abs_diff"] / seen["tokens"], mismatch_kl=seen["kl"] / seen["tokens"],
+                           is_clip_frac=seen["clipped"] / seen["tokens"])
         return StepReport(self.step, metrics, per_task, pace)
 
     # ------------------------------------------------------------------ weights and checkpoints
@@ -503,6 +600,7 @@ class Learner:
                 "optimizer": self.optimizer.state_dict(),
                 "pacer": self.pacer.state_dict(),
                 "history": list(self.history),
+                "master": self.master.state_dict() if self.master is not None else None,
                 "rng": {
                     "torch": torch.get_rng_state(),
                     "learner": self.rng.get_state(),
@@ -530,6 +628,8 @@ class Learner:
         self.step = int(state["step"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.pacer.load_state_dict(state["pacer"])
+        if self.master is not None:  # the float32 copies, else (an older checkpoint) the loaded weights as they are
+            self.master.load_state_dict(state.get("master") or [p.detach() for p in self.master.params])
         self.history.clear()  # a checkpoint from before `staleness` existed holds no history: sample with its weights
         self.history.extend(state.get("history") or [self.trainable_weights()])
         torch.set_rng_state(state["rng"]["torch"])

@@ -23,6 +23,9 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None  # seeds torch's generator before the batch (same batch + seed -> same samples)
     stop: tuple[str, ...] = ()  # stop strings (e.g. "</action>"); the token completing one is kept, finished=True
+    # min-p: drop tokens below min_p x the top token's probability, after the temperature and before top-p (vLLM's
+    # order; the learner recomputes log-probs under the same cut, algos/sampling.py); 0: off
+    min_p: float = 0.0
 
     @property
     def greedy(self) -> bool:

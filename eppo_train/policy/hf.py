@@ -1,7 +1,7 @@
 """The default generation backend: transformers `generate` on CPU or GPU, batched with left padding.
 
-It returns, per sampled token, the log-probability under the *sampling* distribution (temperature and top-p
-applied), which is what PPO-style ratios need as "old" log-probs when the learner does not recompute them. The
+It returns, per sampled token, the log-probability under the *sampling* distribution (temperature, min-p and
+top-p applied, in vLLM's order), which is what PPO-style ratios need as "old" log-probs when the learner does not recompute them. The
 temperature/top-p warpers run as our own logits processors, then `_Sampler` draws the token and records its
 log-prob; generate itself runs in greedy mode, so none of the model's own sampling defaults (top_k=50, ...) apply.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.generation.logits_process import MinPLogitsWarper, TemperatureLogitsWarper, TopPLogitsWarper
 
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_model, load_tokenizer
@@ -166,6 +166,8 @@ class HFPolicy(PolicyBackend):
         processors: list[LogitsProcessor] = []
         if not greedy and params.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(params.temperature))
+        if not greedy and params.min_p > 0.0:  # before top-p, as vLLM's sampler applies them
+            processors.append(MinPLogitsWarper(params.min_p, min_tokens_to_keep=1))
         if not greedy and params.top_p < 1.0:
             processors.append(TopPLogitsWarper(params.top_p, min_tokens_to_keep=1))
         generator = None

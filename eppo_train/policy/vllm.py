@@ -4,8 +4,8 @@ Same contract as `HFPolicy`: token ids in, sampled token ids and their log-probs
 from the learner each iteration without restarting the engine.
 
 - Log-probs: the engine runs with `logprobs_mode="processed_logprobs"` and each request asks for `logprobs=0` (the
-  sampled token only), so the value returned is the log-prob under the *sampling* distribution (temperature and
-  top-p applied), as HFPolicy records it. With greedy decoding they are those of the plain softmax.
+  sampled token only), so the value returned is the log-prob under the *sampling* distribution (temperature,
+  min-p and top-p applied), as HFPolicy records it. With greedy decoding they are those of the plain softmax.
 - Weight updates: `LLM.collective_rpc("eppo_load_weights")` runs `WeightSyncExtension.eppo_load_weights` (mixed
   into every worker with `worker_extension_cls`), which reads the learner's tensors from a safetensors file in
   /dev/shm and hands them to the model's own `load_weights` (which maps HF names such as `q_proj`/`k_proj`/`v_proj` to vLLM's fused `qkv_proj`,
@@ -136,6 +136,7 @@ class VLLMPolicy(PolicyBackend):
             n=1,
             temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p,
+            min_p=0.0 if greedy else params.min_p,
             top_k=0,  # no top-k cut (the default): top-p and temperature only, as HFPolicy samples
             max_tokens=max(1, cap),
             seed=request_seed(params.seed, index),

@@ -109,6 +109,15 @@ def table(done: dict[str, Any], metric: str) -> list[str]:
         pairs = [_pairs(done, a, b, t, metric) for t in tasks]
         cells.append(_diff_cell(None if any(p is None for p in pairs) else paired_bootstrap_mean_diff(pairs)))
     lines.append("| **mean over tasks** | " + " | ".join(f"**{c}**" for c in cells) + " |")
+    # evaluation.beside: other splits of a task (Code's HumanEval), below the mean and outside it
+    aside = {k: {**done[k], "tasks": done[k].get("beside", {})} for k in done if isinstance(done[k], dict)}
+    for t in next((aside[k]["tasks"] for k, _ in cols if aside[k]["tasks"]), {}):
+        cells = [_stage_cell(aside[k]["tasks"].get(t, {}), metric) for k, _ in cols]
+        for a, b, _ in diffs:
+            pairs = None if _reward_changed(aside, a, b, t) else _pairs(aside, a, b, t, metric)
+            cells.append(REWARD_CHANGED if _reward_changed(aside, a, b, t)
+                         else _diff_cell(paired_bootstrap_mean_diff([pairs]) if pairs else None))
+        lines.append(f"| {t} (beside, not in the mean) | " + " | ".join(cells) + " |")
     return lines
 
 

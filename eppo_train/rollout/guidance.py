@@ -61,7 +61,9 @@ def expert_guidance(samples: list[Sample], pool: Any, tokenizer: Any, rc: Rollou
         fits[s.group_id] = fits.get(s.group_id, True) and s.won and max(_reply_lengths(s)) <= budget
     for group_id in (g for g, ok in fits.items() if ok):
         per_task[task_of[group_id]]["guided_groups"] += 1
-    guided = [replace(s, episode_id=f"{s.group_id}#{EXPERT_MEMBER}") for s in result.samples if fits[s.group_id]]
+    # "behaviour": the expert's tokens were not sampled, so they have no sampler log-probs to correct against
+    guided = [replace(s, episode_id=f"{s.group_id}#{EXPERT_MEMBER}", meta={**s.meta, "behaviour": EXPERT_MEMBER})
+              for s in result.samples if fits[s.group_id]]
     return Guidance(guided, dict(per_task))
 
 

@@ -73,6 +73,10 @@ class RolloutConfig(RolloutSection):
     reply_tokens: dict[str, int] = field(default_factory=dict)  # env id -> its reply budget (else max_new_tokens)
     stop: tuple[str, ...] = ()
     seed: int | None = None  # sampling seed (turn t uses seed + t)
+    # env id -> its own (temperature, top_p, min_p) (else the section's); env id -> its own G (else group_size)
+    task_sampling: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    group_sizes: dict[str, int] = field(default_factory=dict)
+    first_member: int = 0  # members are numbered from here (a refill round adds members to existing groups)
 
     @classmethod
     def from_section(cls, section: RolloutSection, **extra: Any) -> RolloutConfig:
@@ -93,14 +97,24 @@ class RolloutConfig(RolloutSection):
         """This config for the task experts (SFT demonstrations, expert-guided groups): one episode per problem, and
         replies up to `max_reply_tokens`, not cut at the policy's budget (a cut reply would send the env text the
         sample does not hold; callers count or drop replies over a task's budget instead)."""
-        return replace(self, group_size=1, progress=False, reply_tokens={},
+        return replace(self, group_size=1, group_sizes={}, progress=False, reply_tokens={},
                        max_new_tokens=max(self.max_new_tokens, max_reply_tokens))
 
-    def sampling(self, turn: int = 0) -> SamplingParams:
-        """One turn's decoding; its token cap is the largest reply budget (each row is capped by its own)."""
+    def settings(self, env_id: str | None = None) -> tuple[float, float, float]:
+        """(temperature, top_p, min_p) that `env_id`'s episodes are sampled with."""
+        return self.task_sampling.get(env_id or "", (self.temperature, self.top_p, self.min_p))
+
+    def group(self, env_id: str) -> int:
+        """G of `env_id`'s problems: its task's own, else `group_size`."""
+        return self.group_sizes.get(env_id, self.group_size)
+
+    def sampling(self, turn: int = 0, env_id: str | None = None) -> SamplingParams:
+        """One turn's decoding (of `env_id`'s episodes: its task's temperature, top-p and min-p); its token cap is
+        the largest reply budget (each row is capped by its own)."""
         seed = None if self.seed is None else self.seed + turn
         cap = max([self.max_new_tokens, *self.reply_tokens.values()])
-        return SamplingParams(cap, self.temperature, self.top_p, seed, tuple(self.stop))
+        temperature, top_p, min_p = self.settings(env_id)
+        return SamplingParams(cap, temperature, top_p, seed, tuple(self.stop), min_p)
 
 
 @dataclass
@@ -161,7 +175,8 @@ def run_rollout(
     started = time.perf_counter()
     gen_s = env_s = 0.0
     # Episodes ordered by task so slots (and hence Ray workers) hold a mix of tasks in round-robin.
-    order = sorted(((p, g) for p in problems for g in range(cfg.group_size)), key=lambda pg: pg[0].env_id)
+    order = sorted(((p, cfg.first_member + g) for p in problems for g in range(cfg.group(p.env_id))),
+                   key=lambda pg: pg[0].env_id)
     jobs = [EnvJob(slot, p.env_id, p.split, p.seed) for slot, (p, _) in enumerate(order)]
     t = time.perf_counter()
     resets = pool.reset(jobs)
@@ -200,10 +215,8 @@ def run_rollout(
             acting.append(live)
         if not acting:
             break
-        if agent.needs_tokens:
-            agent.params = cfg.sampling(turn)  # type: ignore[attr-defined]
         t = time.perf_counter()
-        actions = agent.act(states, pool)
+        actions = _act(agent, states, pool, cfg, turn)
         gen_s += time.perf_counter() - t
         for live, action in zip(acting, actions, strict=True):
             if live.tools is not None:
@@ -225,9 +238,25 @@ def run_rollout(
     bar.close()
     notify(RolloutTick(len(lives), len(lives), tokens, gen_s, cfg.max_turns, final=True, agent=agent.name))
     wall = time.perf_counter() - started
-    samples = [s for live in lives for s in _samples(live)] if fmt is not None else []
+    samples = [s for live in lives for s in _samples(live, cfg)] if fmt is not None else []
     episodes = [live.episode for live in lives]
     return RolloutResult(samples, episodes, _stats(lives, samples, gen_s, env_s, wall))
+
+
+def _act(agent: Agent, states: list[TurnState], pool: EnvPool, cfg: RolloutConfig, turn: int) -> list[Action]:
+    """One batched act call for the live episodes, or one per sampling setting when tasks sample differently
+    (env.tasks[].temperature/top_p/min_p); actions come back in the order of `states`."""
+    if not agent.needs_tokens:
+        return agent.act(states, pool)
+    by_setting: dict[tuple[float, float, float], list[int]] = defaultdict(list)
+    for i, s in enumerate(states):
+        by_setting[cfg.settings(s.env_id)].append(i)
+    actions: list[Action | None] = [None] * len(states)
+    for rows in by_setting.values():
+        agent.params = cfg.sampling(turn, states[rows[0]].env_id)  # type: ignore[attr-defined]
+        for i, action in zip(rows, agent.act([states[i] for i in rows], pool), strict=True):
+            actions[i] = action
+    return actions  # type: ignore[return-value]
 
 
 def _read_calls(action: Action, fmt: ChatFormat | None) -> None:
@@ -291,13 +320,14 @@ def _advance(live: _Live, state: TurnState, action: Action, out: tuple, fmt: Cha
         live.episode.terminated, live.episode.truncated = bool(terminated), bool(truncated)
 
 
-def _samples(live: _Live) -> list[Sample]:
+def _samples(live: _Live, cfg: RolloutConfig) -> list[Sample]:
     ep = live.episode
     if not ep.turns:
         return []  # overflowed before the first response: nothing to train on
     p = live.problem
     meta = {"env_id": p.env_id, "split": p.split, "seed": p.seed, "instance_id": ep.instance_id,
-            "truncated": ep.truncated, "overflow": live.overflow, "context": live.mode.kind}
+            "truncated": ep.truncated, "overflow": live.overflow, "context": live.mode.kind,
+            "sampling": list(cfg.settings(p.env_id))}  # what the learner recomputes log-probs under
     common = dict(task=ep.task, group_id=p.group_id, episode_id=live.episode_id, reward=ep.total_reward,
                   won=ep.won, num_turns=ep.num_steps)
     rewards = [t.reward for t in ep.turns]

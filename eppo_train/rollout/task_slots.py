@@ -77,6 +77,11 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         if name not in labels:
             raise ConfigError(f"evaluation.split: no task {name!r} (tasks: {', '.join(s.label for s in slots)})")
         check_split(next(s.cfg.id for s in slots if s.label == name), split, f"evaluation.split.{name}")
+    for name, splits in cfg.evaluation.beside.items():
+        if name not in labels:
+            raise ConfigError(f"evaluation.beside: no task {name!r} (tasks: {', '.join(s.label for s in slots)})")
+        for split in splits:
+            check_split(next(s.cfg.id for s in slots if s.label == name), split, f"evaluation.beside.{name}")
     for name in cfg.pacing.target_entropy:  # a mistyped label would pace that task toward the default target
         if name not in labels:
             raise ConfigError(f"pacing.target_entropy: no task {name!r} (tasks: {', '.join(s.label for s in slots)})")
@@ -144,19 +149,43 @@ def reply_tokens(slots: list[TaskSlot]) -> dict[str, int]:
 
 
 def training_rewards(samples: list[Sample], slots: list[TaskSlot]) -> list[Sample]:
-    """The samples as the advantages see them: a task with `train_reward: won` is scored 1 for a won episode and 0
-    otherwise (in window mode the last turn's step reward carries it); every other task keeps the env's reward."""
+    """The samples as the advantages and the learner see them: a task with `train_reward: won` is scored 1 for a won
+    episode and 0 otherwise (in window mode the last turn's step reward carries it); every other task keeps the
+    env's reward. A task with a `loss_weight` other than 1 has it in each sample's `meta["loss_weight"]`."""
     won_only = {s.label for s in slots if s.cfg.train_reward == "won"}
-    if not won_only:
+    weights = {s.label: s.cfg.loss_weight for s in slots if s.cfg.loss_weight != 1.0}
+    if not won_only and not weights:
         return samples
     out = []
     for s in samples:
-        if s.task in won_only:
+        if s.task in won_only or s.task in weights:
             meta = dict(s.meta)
-            if "step_reward" in meta:
-                meta["step_reward"] = float(s.won) if s.turn_index == s.num_turns - 1 else 0.0
-            s = replace(s, reward=float(s.won), meta=meta)
+            reward = s.reward
+            if s.task in won_only:
+                reward = float(s.won)
+                if "step_reward" in meta:
+                    meta["step_reward"] = float(s.won) if s.turn_index == s.num_turns - 1 else 0.0
+            if s.task in weights:
+                meta["loss_weight"] = weights[s.task]
+            s = replace(s, reward=reward, meta=meta)
         out.append(s)
+    return out
+
+
+def task_estimators(cfg: Config, slots: list[TaskSlot]) -> dict[str, str]:
+    """task label -> its own advantage estimator, for the tasks that set one other than `algo.advantage`."""
+    return {s.label: s.cfg.advantage for s in slots if s.cfg.advantage not in (None, cfg.algo.advantage)}
+
+
+def task_sampling(cfg: Config, slots: list[TaskSlot]) -> dict[str, tuple[float, float, float]]:
+    """env id -> (temperature, top_p, min_p), for the tasks that set any of them (the rest sample as `rollout`)."""
+    r = cfg.rollout
+    out = {}
+    for s in slots:
+        t = s.cfg
+        if (t.temperature, t.top_p, t.min_p) != (None, None, None):
+            out[s.env_id] = (r.temperature if t.temperature is None else t.temperature,
+                             r.top_p if t.top_p is None else t.top_p, r.min_p if t.min_p is None else t.min_p)
     return out
 
 
@@ -170,6 +199,8 @@ def rollout_config(cfg: Config, slots: list[TaskSlot], iteration: int) -> Rollou
         labels={s.env_id: s.label for s in slots},
         reply_tokens=reply_tokens(slots),
         seed=(cfg.run.seed * 1_000_003 + iteration * 7919) % 2**31,
+        task_sampling=task_sampling(cfg, slots),
+        group_sizes={s.env_id: s.cfg.group_size for s in slots if s.cfg.group_size is not None},
     )
 
 
