@@ -176,6 +176,27 @@ def test_sigterm_shuts_down_cleanly_and_quickly_with_sessions_open():
         client.close()  # the server is gone: closing must not raise
 
 
+def test_a_request_after_a_pause_survives_a_server_that_runs_late():
+    """A client that pauses between steps (a model thinking) and a server whose loop runs late (a busy machine): the
+    request must not land on a connection the server is closing as idle. With uvicorn's 5 s keep-alive, a request
+    sent after 4.6 s to a server stalled for 1.5 s was reset (ECONNRESET) every time; the soak met it under load."""
+    with served(GUESS) as (url, proc):
+        env = remote.connect(url)
+        env.reset(seed=0)
+        time.sleep(4.2)
+        os.kill(proc.pid, signal.SIGSTOP)  # the server stalls; the request below waits in its socket
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                time.sleep(0.4)
+                asked = pool.submit(env.unwrapped.expert_action)
+                time.sleep(1.5)
+                os.kill(proc.pid, signal.SIGCONT)
+                assert asked.result(timeout=30).startswith("<answer>")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        env.close()
+
+
 def _log(proc) -> str:
     proc.log.seek(0)
     return proc.log.read()

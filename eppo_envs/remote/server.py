@@ -80,6 +80,13 @@ def task_info(env_id: str) -> dict[str, Any]:
 DRAIN_BYTES = 64 << 20
 
 
+# How long an idle HTTP connection stays open. A request that reaches a connection the server is closing as idle is
+# lost (the client sees ECONNRESET), and a busy server closes late, on requests already sent: with uvicorn's 5 s, an
+# agent whose model thinks ~5 s between steps met it. Longer than most such pauses; `connect`'s client drops its
+# idle connections after 20 s, well before the server would.
+KEEP_ALIVE_S = 60
+
+
 class _BodyLimit:
     """ASGI middleware: a request body over the limit gets 413 before the app parses any of it. A declared
     Content-Length is checked up front; a chunked body is read (up to the limit) and then handed on. The refused
@@ -292,6 +299,7 @@ def serve(config: ServerConfig) -> None:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {config.env_id} at http://{shown}:{port} (max {config.max_sessions} sessions)", flush=True)
-    uv = uvicorn.Config(app, log_level="warning", ws_max_size=config.max_request_bytes, timeout_graceful_shutdown=10)
+    uv = uvicorn.Config(app, log_level="warning", ws_max_size=config.max_request_bytes, timeout_graceful_shutdown=10,
+                        timeout_keep_alive=KEEP_ALIVE_S)
     _Server(uv).run(sockets=[sock])
     print(f"stopped {config.env_id}", file=sys.stderr, flush=True)
