@@ -32,7 +32,7 @@ test-gpu: install  ## checks that need a CUDA GPU
 	$(PYTEST) -q -m gpu
 
 gpu-bundle: install  ## what scripts/gpu_check.sh needs on a bare CUDA machine (gymnasium, tiny model): build/gpu_bundle
-	$(PY) -m eppo_train.gpu_check bundle build/gpu_bundle
+	$(PY) -m eppo_train.benchmarks.gpu_check bundle build/gpu_bundle
 
 gpu-check:  ## the GPU check (docs/bench.md); `make gpu-check ARGS=--cpu` is the CPU dry run
 	PYTHON=$(if $(wildcard $(PY)),$(PY),python3) bash scripts/gpu_check.sh $(ARGS)
@@ -49,7 +49,7 @@ eval: install  ## evaluate the latest runs/ checkpoint (or the default model) on
 bench: install  ## measure env, sandbox, retriever, rollout and learner throughput; writes bench/results.json
 	$(PY) -m eppo_train.benchmarks $(ARGS)
 
-experiment: install  ## the EPPO study: runs without a result file in docs/results/study/, then docs/results/study.md (resumable; many hours on CPU)
+experiment: install  ## the EPPO study (the pace testbed, then the suite): runs without a result file in docs/results/study/, then docs/results/study.md (resumable; many hours on CPU)
 	$(PY) -m eppo_train.cli study $(ARGS)
 
 experiment-quick: install  ## the same machinery with a tiny model, in minutes (output under runs/study-study-quick/)

@@ -24,8 +24,8 @@ console = pipe_console(width=None if sys.stdout.isatty() else 200)
 
 
 def _at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= `low` (a negative seed ended in gymnasium's traceback; 0 or -3 episodes
-    printed a success rate "over -3 episodes")."""
+    """An argparse type: a whole number >= `low` (else a negative seed ends in gymnasium's traceback, and 0 or -3
+    episodes print a success rate "over -3 episodes")."""
 
     def parse(text: str) -> int:
         try:
@@ -241,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _interrupt(signum: int, frame) -> None:  # noqa: ANN001  (a frame)
-    """SIGTERM as Ctrl-C (it killed the command silently, exit 143, its envs' `finally` blocks unrun), and either
-    signal only once: a second one while the envs close (a browser, a sandbox) would cut their cleanup short."""
+    """SIGTERM as Ctrl-C (by default it kills the command silently, exit 143, its envs' `finally` blocks unrun), and
+    either signal only once: a second one while the envs close (a browser, a sandbox) would cut their cleanup short."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt

@@ -1,10 +1,12 @@
-"""`eppo-train`: train (the default when only flags are given), plot, sft, pipeline, signal, study and study-report.
+"""`eppo-train`: train (the default when only flags are given), config, plot, sft, pipeline, signal, study and
+study-report.
 A thin dispatcher: each subcommand is an `add_<name>` (its arguments) and a `cmd_<name>` (the work), registered in
 `SUBCOMMANDS`.
 
     eppo-train --config tiny --set algo.name=grpo --set rollout.group_size=4
     eppo-train --resume runs/tiny
     eppo-train plot runs/tiny
+    eppo-train config --explain learner.lr
 """
 
 from __future__ import annotations
@@ -16,6 +18,38 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
+from eppo_envs.core import TaskError
+from eppo_envs.core.pipes import stdout_closed
+from eppo_train.config import Config, ConfigError, describe, load_config, load_run_config, to_dict
+from eppo_train.eval.group_signal import measure, measure_eval, table
+from eppo_train.pipeline import default_run_dir, run_pipeline
+from eppo_train.policy.engine import EngineError
+from eppo_train.policy.models import ModelNotFoundError, check_model
+from eppo_train.policy.tool_calls import check_tool_template
+from eppo_train.report.plots import plot_run
+from eppo_train.report.progress import Progress, RLWatcher
+from eppo_train.report.ticks import listen
+from eppo_train.rollout.task_slots import prepare_tasks
+from eppo_train.runtime import interrupt
+from eppo_train.runtime.interrupt import WorkerLost, guard, lost_line
+from eppo_train.runtime.ray_cluster import init_ray
+from eppo_train.study.plan import (
+    ABLATIONS,
+    DEFAULT_ALGOS,
+    OFFICIAL,
+    STUDY_REPORT,
+    OfficialStudy,
+    StudyPaths,
+    make_plan,
+    official,
+)
+from eppo_train.study.record import ResultError
+from eppo_train.study.report import write_report
+from eppo_train.study.runner import run_study
+from eppo_train.trainer import RunError, check_run_dir, checkpoint_step, holds_run, latest_checkpoint, train
+
 PROG = "eppo-train"
 
 # What an interrupted command prints after "interrupted at ...;": set by the command once it knows its run dir.
@@ -26,6 +60,24 @@ _argv: list[str] = []  # the command line as given, for "start over with: ..."
 def _error(msg: str) -> int:
     print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 2
+
+
+# ---------------------------------------------------------------- config
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="a shipped config name or a YAML path (default: the defaults)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key (repeatable)")
+    p.add_argument("--explain", nargs="?", const="", metavar="KEY",
+                   help="what each setting means (its type, default and help), or only KEY's (a section: all in it)")
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The resolved config as YAML, or with --explain the settings' help, read from the config's own fields."""
+    if args.explain is not None:
+        print(describe(args.explain or None))
+        return 0
+    print(yaml.safe_dump(to_dict(load_config(args.config, args.overrides)), sort_keys=False), end="")
+    return 0
 
 
 # ---------------------------------------------------------------- train
@@ -47,18 +99,14 @@ def _one_sample_groups(group_size: int) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from eppo_train.config import load_config, load_run_config
-    from eppo_train.progress import Progress, RLWatcher
     from eppo_train.sft import warm_start
-    from eppo_train.ticks import listen
-    from eppo_train.trainer import check_run_dir, checkpoint_step, train
 
     overrides = list(args.overrides)
     if args.ray_address:
         overrides += [f"ray.address={args.ray_address}", "ray.enabled=true"]
     if args.resume:
         run_dir = Path(args.resume)
-        if args.config:  # it was ignored: the run went on with its saved config, not the one the user named
+        if args.config:  # a resumed run goes on with its saved config: a --config here would be silently ignored
             return _error(f"--resume {run_dir} continues with the run's saved config; change keys with --set, "
                           "not --config")
         if not (run_dir / "config.yaml").is_file():
@@ -71,7 +119,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = load_run_config(run_dir / "config.yaml", overrides)
     else:
         # `default`, not the dataclasses' defaults: those name example/GuessNumber-v0 without the module that
-        # registers it, so a bare `eppo-train` was "unknown task 'example/GuessNumber-v0'"
+        # registers it, so a bare `eppo-train` would stop at "unknown task 'example/GuessNumber-v0'"
         cfg = load_config(args.config or "default", overrides)
     _hint_train(cfg.run_dir, cfg.run.iterations)
     check_run_dir(cfg, bool(args.resume))
@@ -87,15 +135,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if cfg.rollout.group_size < 2:
         return _error(_one_sample_groups(cfg.rollout.group_size))
     if cfg.ray.enabled and cfg.ray.address:  # join the cluster now: a wrong address is told before the SFT's minutes
-        from eppo_train.envpool import init_ray
 
         init_ray(cfg.ray.address)
     if not args.resume:
-        from eppo_train.policy.models import check_model
 
-        # a wrong model.name now, before a local Ray starts (with sft.steps=0 it was told after Ray's start, and
-        # Ray's log of the cancelled actors followed the line); after the address check, which builds nothing
-        check_model(cfg.model.name)
+        # a wrong model.name now, before a local Ray starts (after it, with sft.steps=0, Ray's log of the
+        # cancelled actors would follow the line); after the address check, which builds nothing
+        _check_model(cfg)
     # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
     progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])
     try:
@@ -118,7 +164,6 @@ def _pipeline_run(run_dir: Path) -> bool:
     as it goes)."""
     import yaml
 
-    from eppo_train.trainer import holds_run
 
     if (run_dir / "pipeline.json").exists():
         return True
@@ -134,8 +179,6 @@ def _pipeline_run(run_dir: Path) -> bool:
 
 def _hint_train(run_dir: Path, total: int) -> None:
     """Resume from the newest checkpoint; before the first one there is nothing to resume, so start over."""
-    from eppo_train import interrupt
-    from eppo_train.trainer import latest_checkpoint
 
     def hint() -> str:
         metrics = run_dir / "metrics.jsonl"
@@ -156,7 +199,6 @@ def add_plot(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from eppo_train.plots import plot_run
 
     for path in plot_run(args.run_dir):
         print(path)
@@ -164,16 +206,23 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- sft, pipeline
-def _config_args(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--config", default=default, help=f"a shipped config name or a YAML path (default: {default})")
+def _config_args(p: argparse.ArgumentParser, default: str | None, default_text: str | None = None) -> None:
+    p.add_argument("--config", default=default, help="a shipped config name or a YAML path (default: "
+                   f"{default_text or default})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key (repeatable)")
     p.add_argument("--model", help="the model to start from: smollm2 (default), tiny, or a local HF folder")
 
 
+def _check_model(cfg: Config) -> None:
+    """`check_model`, and in the tools format that the model's chat template declares tools (one line if not)."""
+    check_model(cfg.model.name)
+    if cfg.env.action_format == "tools":
+        check_tool_template(cfg.model.name)
+
+
 def _load(args: argparse.Namespace, config: str | None = None, saved: Path | None = None):
     """The config named by --config (or `config`), or a run's `saved` config.yaml, then --model and --set."""
-    from eppo_train.config import load_config, load_run_config
 
     overrides = list(args.overrides) + ([f"model.name={args.model}"] if args.model else [])
     return load_run_config(saved, overrides) if saved else load_config(config or args.config, overrides)
@@ -185,15 +234,13 @@ def add_sft(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from eppo_train import interrupt, sft
-    from eppo_train.tasks import prepare_tasks
+    from eppo_train import sft
 
     cfg = _load(args)
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
-    from eppo_train.policy.models import check_model
 
-    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
+    _check_model(cfg)  # a wrong --model now, not after the tasks' set-up and expert demos
 
     def on_step(i: int, loss: float) -> None:
         interrupt.set_where(0, f"SFT step {min(i + 2, cfg.sft.steps)}/{cfg.sft.steps}")  # the step now running
@@ -214,8 +261,6 @@ def add_pipeline(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from eppo_train.pipeline import default_run_dir, run_pipeline
-    from eppo_train.trainer import holds_run
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -230,6 +275,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
     if cfg.rollout.group_size < 2:  # found by the RL stage only after the evaluation and SFT stages
         return _error(_one_sample_groups(cfg.rollout.group_size))
+    if cfg.env.action_format == "tools" and not args.resume:
+        _check_model(cfg)  # a template without tools now, not after the base model's evaluation
 
     def hint() -> str:
         if (run_dir / "config.yaml").is_file():
@@ -254,9 +301,6 @@ def add_signal(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
-    from eppo_train.group_signal import measure, measure_eval, table
-    from eppo_train.progress import Progress
-    from eppo_train.ticks import listen
 
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -265,9 +309,8 @@ def cmd_signal(args: argparse.Namespace) -> int:
     if any(t <= 0 for t in temperatures) or args.batches < 1:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
-    from eppo_train.policy.models import check_model
 
-    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
+    _check_model(cfg)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
     # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
     progress = Progress(["signal"], [])
     progress.start("signal")
@@ -282,70 +325,88 @@ def cmd_signal(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- study, study-report
-STUDY_RESULTS = Path("docs/results/study")  # `make experiment`: result files committed as they land
-STUDY_REPORT = Path("docs/results/study.md")
 
 
 def add_study(p: argparse.ArgumentParser) -> None:
-    _config_args(p, "study")
+    _config_args(p, None, "every committed study in order: " + ", ".join(s.config for s in OFFICIAL))
     p.add_argument("--quick", action="store_true", help="the tiny-model study (config study-quick): minutes")
     p.add_argument("--algos", help="comma list of losses (default: grpo,dapo,eppo,clip_cov; quick: grpo,dapo,eppo)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per loss (default 3)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds 0..N-1 per loss (default: the study's own, e.g. 10 on the testbed, 3 on the suite)")
     p.add_argument("--ablations", default=None,
-                   help="comma list of EPPO ablations, 'all' or 'none' (default: all; quick: none)")
-    p.add_argument("--ablation-seeds", type=int, default=1, help="seeds per ablation (default 1)")
+                   help="comma list of EPPO ablations, 'all' or 'none' (default: the study's own; quick: none)")
+    p.add_argument("--ablation-seeds", type=int, default=None, help="seeds per ablation (default: the study's own)")
     p.add_argument("--sft", metavar="DIR", help="start every run from this model folder (e.g. a make-train "
                    "run's sft/) instead of the config's cached SFT warm start")
     p.add_argument("--out", help="scratch folder for the runs (default: runs/study-<config name>)")
-    p.add_argument("--results", help="result files (default: docs/results/study for the study config "
+    p.add_argument("--results", help="result files (default: docs/results/study/<study> for a committed study "
                    "without --set or --model, else <out>/results)")
-    p.add_argument("--report", help="the report (default: docs/results/study.md for the study config "
-                   "without --set or --model, else <out>/study.md)")
+    p.add_argument("--report", help="the report (default: docs/results/study.md for the committed studies, else "
+                   "<out>/study.md)")
 
 
-def cmd_study(args: argparse.Namespace) -> int:
-    from eppo_train.losses import LOSSES
-    from eppo_train.study import ABLATIONS, DEFAULT_ALGOS, StudyPaths, make_plan, run_study
+def _study_plan(args: argparse.Namespace, study: OfficialStudy | None) -> list | int:
+    from eppo_train.algos.losses import LOSSES
 
-    config = "study-quick" if args.quick and args.config == "study" else args.config
-    cfg = _load(args, config)
     algos = args.algos.split(",") if args.algos else list(DEFAULT_ALGOS[:3] if args.quick else DEFAULT_ALGOS)
     unknown = [a for a in algos if a not in LOSSES]
     if unknown:
         return _error(f"--algos: unknown loss {unknown[0]!r} (known: {', '.join(LOSSES)})")
-    if args.seeds < 1 or args.ablation_seeds < 1:
+    seeds = args.seeds if args.seeds is not None else study.seeds if study else 3
+    ablation_seeds = (args.ablation_seeds if args.ablation_seeds is not None
+                      else study.ablation_seeds if study and study.ablation_seeds else 1)
+    if seeds < 1 or ablation_seeds < 1:
         return _error("--seeds and --ablation-seeds must be at least 1")
-    spec = args.ablations if args.ablations is not None else ("none" if args.quick else "all")
+    default = "none" if args.quick or (study and not study.ablations) else "all"
+    spec = args.ablations if args.ablations is not None else default
     ablations = [] if spec == "none" else list(ABLATIONS) if spec == "all" else spec.split(",")
-    plan = make_plan(algos, args.seeds, ablations, args.ablation_seeds)
-    out = Path(args.out) if args.out else Path("runs") / f"study-{Path(config).stem}"
-    official = config == "study" and not args.model and not args.overrides  # the study the report is about
-    results = Path(args.results) if args.results else STUDY_RESULTS if official else out / "results"
-    report = Path(args.report) if args.report else STUDY_REPORT if official else out / "study.md"
-    from eppo_train.study_record import ResultError
+    return make_plan(algos, seeds, ablations, ablation_seeds)
 
-    try:
-        path = run_study(cfg, plan, StudyPaths(out, results, report), f"{PROG} {shlex.join(_argv)}", args.sft)
-    except ResultError as exc:
-        return _error(str(exc))
-    print(f"report written to {path}")
+
+def cmd_study(args: argparse.Namespace) -> int:
+    if args.config is None and not args.quick:  # `make experiment`: every committed study, in order
+        studies = list(OFFICIAL)
+    else:
+        config = "study-quick" if args.quick and args.config is None else args.config
+        studies = [official(config) or OfficialStudy(Path(config).stem, config, config, 3, 1)]
+    for study in studies:
+        cfg = _load(args, study.config)
+        committed = official(study.config) is not None and not args.model and not args.overrides
+        plan = _study_plan(args, study if committed else None)
+        if isinstance(plan, int):
+            return plan
+        out = Path(args.out) if args.out else Path("runs") / f"study-{Path(study.config).stem}"
+        results = Path(args.results) if args.results else study.results if committed else out / "results"
+        report = Path(args.report) if args.report else STUDY_REPORT if committed else out / "study.md"
+        sections = [(s.title, s.results) for s in OFFICIAL] if committed and not args.results else [
+            (study.title, results)]
+        try:
+            path = run_study(cfg, plan, StudyPaths(out, results, report), f"{PROG} {shlex.join(_argv)}", args.sft,
+                             sections=sections)
+        except ResultError as exc:
+            return _error(str(exc))
+        print(f"report written to {path}")
     return 0
 
 
 def add_study_report(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default=str(STUDY_RESULTS), help=f"result files (default: {STUDY_RESULTS})")
-    p.add_argument("--out", default=None, help="the report (default: study.md beside the results folder)")
+    p.add_argument("--results", default=None,
+                   help="one study's result files (default: every committed study under docs/results/study/)")
+    p.add_argument("--out", default=None, help="the report (default: docs/results/study.md; with --results, "
+                   "study.md beside the results folder)")
 
 
 def cmd_study_report(args: argparse.Namespace) -> int:
-    from eppo_train.study_record import ResultError
-    from eppo_train.study_report import write_report
-
-    results = Path(args.results)
-    # where `eppo-train study` writes it: <out>/results -> <out>/study.md, docs/results/study -> docs/results/study.md
-    out = Path(args.out) if args.out else results.parent / "study.md"
+    if args.results:
+        results = Path(args.results)
+        sections = [(results.name, results)]
+        # where `eppo-train study` writes it: <out>/results -> <out>/study.md
+        out = Path(args.out) if args.out else results.parent / "study.md"
+    else:
+        sections = [(s.title, s.results) for s in OFFICIAL]
+        out = Path(args.out) if args.out else STUDY_REPORT
     try:
-        path = write_report(results, out)
+        path = write_report(sections, out)
     except ResultError as exc:
         return _error(str(exc))
     print(f"report written to {path}")
@@ -354,6 +415,8 @@ def cmd_study_report(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "train": ("train a policy (the default command)", add_train, cmd_train),
+    "config": ("print the resolved config, or with --explain [KEY] what each setting means", add_config,
+               cmd_config),
     "plot": ("write PNG plots of a run's metrics", add_plot, cmd_plot),
     "sft": ("supervised warm start on expert trajectories of every configured task", add_sft, cmd_sft),
     "study": ("losses x seeds (+ EPPO ablations) on one suite, one result file per run, resumable "
@@ -384,13 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
-    from eppo_envs.core import TaskError
-    from eppo_envs.core.pipes import stdout_closed
-    from eppo_train.config import ConfigError
-    from eppo_train.interrupt import WorkerLost, guard, lost_line
-    from eppo_train.policy.engine import EngineError
-    from eppo_train.policy.models import ModelNotFoundError
-    from eppo_train.trainer import RunError
 
     _argv[:] = argv
     _hint_fn.clear()

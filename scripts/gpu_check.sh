@@ -34,6 +34,6 @@ trap cleanup EXIT
 "$PY" -c 'import torch, transformers' 2>/dev/null || { echo "gpu_check: torch and transformers must be importable by $PY"; exit 2; }
 cd "$ROOT"
 status=0
-timeout "$LIMIT" "$PY" -m eppo_train.gpu_check "$@" || status=$?
+timeout "$LIMIT" "$PY" -m eppo_train.benchmarks.gpu_check "$@" || status=$?
 if [[ $status -eq 124 ]]; then echo "gpu_check: stopped after ${LIMIT}s"; fi
 exit $status

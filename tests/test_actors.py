@@ -6,8 +6,8 @@ import tempfile
 
 import torch
 
-from eppo_train.actors import GeneratorWorker, LearnerWorker, engine_spec, folder_files
 from eppo_train.config import load_config, to_dict
+from eppo_train.learner.workers import GeneratorWorker, LearnerWorker, engine_spec, folder_files
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.models import tiny_model_dir
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from eppo_train.advantages import compute_advantages
-from eppo_train.records import Sample
+from eppo_train.algos.advantages import compute_advantages
+from eppo_train.core.records import Sample
 
 
 def sample(task, group, ep, reward, turn=-1, turns=1, prompt=(1, 2)):
@@ -57,7 +57,7 @@ def test_gigpo_adds_step_advantage_for_shared_states():
 
 
 def test_estimator_options_are_validated_by_the_estimator():
-    from eppo_train.typed import ConfigError
+    from eppo_train.core.registry import ConfigError
 
     batch = [sample("t", "g", "a", 1.0), sample("t", "g", "b", 0.0)]
     with pytest.raises(ConfigError, match="unknown key algo.advantage_options.gama"):
@@ -72,7 +72,7 @@ def test_train_reward_won_scores_groups_on_success_alone():
     # WebShop-style graded rewards: 0.9 (close, wrong product) vs 1.0 (won). With train_reward "won" the close miss
     # counts as a loss, the other task keeps its env reward; the input samples are left as they were
     from eppo_train.config import TaskConfig
-    from eppo_train.tasks import TaskSlot, training_rewards
+    from eppo_train.rollout.task_slots import TaskSlot, training_rewards
 
     slots = [TaskSlot(TaskConfig(id="eppo/WebShop-v0", train_reward="won"), "w", "webshop"),
              TaskSlot(TaskConfig(id="eppo/MathTool-v0"), "m", "math")]
@@ -144,7 +144,7 @@ def test_gigpo_on_the_rollouts_window_samples_uses_their_step_rewards_and_observ
     want = [1 / 3 + 1 / 6, 1 / 3 + 0.25, -2 / 3 - 1 / 3, -2 / 3, -2 / 3 - 0.25, 1 / 3 + 1 / 6]
     assert [s.advantage for s in res] == pytest.approx(want, abs=1e-9)
     # without hashes the state is the prompt, whatever the reply: all of a group's turns here share one
-    from eppo_train.advantages import state_key
+    from eppo_train.algos.advantages import state_key
 
     other_reply = sample("t", "g", "z", 0.0)
     other_reply.input_ids = [1, 2, 9, 9]
@@ -152,7 +152,7 @@ def test_gigpo_on_the_rollouts_window_samples_uses_their_step_rewards_and_observ
 
 
 def test_step_return_and_gigpos_published_defaults():
-    from eppo_train.advantages import GigpoOptions, step_return
+    from eppo_train.algos.advantages import GigpoOptions, step_return
 
     s = sample("t", "g", "a", 1.0, turn=0, turns=3)
     assert step_return(s, 0.5) == 0.25  # the final reward two turns later: gamma^2

@@ -29,8 +29,8 @@ def test_quick_envs_and_sandbox_write_figures(tmp_path):
     figures = {(f["section"], f["name"]): f for f in data["figures"]}
     guess = figures[("envs", "example/GuessNumber-v0 expert")]
     assert guess["error"] is None and guess["value"] > 0 and guess["unit"] == "steps/s"
-    # the command reruns as written: it said `eppo-envs expert example/GuessNumber-v0 ...`, which a plain eppo-envs
-    # refuses ("no task"), the example being registered only by importing its module
+    # the command reruns as written: a plain `eppo-envs expert example/GuessNumber-v0 ...` refuses ("no task"), the
+    # example being registered only by importing its module
     assert guess["how"].startswith("eppo-envs --import eppo_envs.example.guess_number expert example/GuessNumber-v0")
     rerun = subprocess.run([sys.executable, "-m", "eppo_envs.cli", *shlex.split(guess["how"])[1:]],
                            capture_output=True, text=True, timeout=120)
@@ -50,7 +50,7 @@ def test_learner_section_with_tiny_model(tmp_path, capsys):
     for f in rows:
         assert f["error"] is None, f["error"]
         assert f["value"] > 0 and len(f["samples"]) == 1
-    # the section (~3 min on the default model) printed nothing between its title and its figures
+    # the section (~3 min on the default model) prints progress between its title and its figures
     out = capsys.readouterr().out
     for label in ("default config (top 6 layers, bf16 autocast)", "full fine-tune, fp32"):
         assert f"  learner: tiny, {label}: loading the learner\n" in out
@@ -64,7 +64,7 @@ def test_the_trl_section_prints_a_line_per_step(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(model, "_cache", {})  # our side measured afresh, not reused from the learner test
     data = _run(tmp_path, "--only", "trl", "--model", "tiny")
     assert all(f["error"] is None and f["value"] > 0 for f in data["figures"]), data["figures"]
-    out = capsys.readouterr().out  # it printed nothing until its figures, for minutes on the default model
+    out = capsys.readouterr().out  # progress before the figures: minutes on the default model
     assert "  trl: tiny: loading TRL's GRPOTrainer\n" in out and "  trl: tiny: TRL repetition 1/1, " in out
     assert "  trl: tiny, EPPO learner, full fine-tune fp32: repetition 1/1, " in out
 
@@ -90,7 +90,7 @@ def test_unknown_section_is_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.parametrize("reps", ["0", "-2"])
 def test_repetitions_below_one_are_a_clear_error(tmp_path, capsys, reps):
-    # --reps 0 printed "ZeroDivisionError" in every figure's cell, exit 0, and wrote that results file
+    # --reps 0 is refused, not a "ZeroDivisionError" in every figure's cell, exit 0, written to the results file
     out = tmp_path / "r.json"
     assert bench.main(["--only", "sandbox", "--reps", reps, "--out", str(out)]) == 2
     assert "--reps must be at least 1" in capsys.readouterr().out and not out.exists()
@@ -101,8 +101,8 @@ def test_repetitions_below_one_are_a_clear_error(tmp_path, capsys, reps):
     (["--only", "envs", "--envs", "zzz"], "--envs zzz: matches no registered env id"),
 ])
 def test_a_model_or_env_filter_that_matches_nothing_is_one_line(tmp_path, capsys, args, message):
-    # each ran its sections as n/a rows ("no env is registered" for --envs zzz), exit 0, and replaced the
-    # previous results file with them
+    # refused: each would run its sections as n/a rows ("no env is registered" for --envs zzz), exit 0, and replace
+    # the previous results file with them
     out = tmp_path / "r.json"
     assert bench.main([*args, "--out", str(out)]) == 2
     printed = capsys.readouterr().out.strip()
@@ -110,7 +110,7 @@ def test_a_model_or_env_filter_that_matches_nothing_is_one_line(tmp_path, capsys
 
 
 def test_the_rollout_workload_keeps_only_the_tasks_envs_names():
-    # docs/bench.md: --envs filters the envs and rollout sections; the rollout ran all five tasks whatever it said
+    # docs/bench.md: --envs filters the envs and rollout sections
     from eppo_train.benchmarks.common import BenchContext
     from eppo_train.benchmarks.rollout_engines import make_train_workload
 
@@ -125,12 +125,12 @@ def test_the_rollout_workload_keeps_only_the_tasks_envs_names():
     (["--quick"], "median of 1 run, --quick)"), (["--quick", "--reps", "2"], "median of 2 runs, --quick)"),
 ])
 def test_the_table_title_names_the_repetitions_run(args, title):
-    # `make bench ARGS="--only sandbox --reps 1"` printed "EPPO bench (median of 3 runs)" above one-rep figures
+    # `make bench ARGS="--only sandbox --reps 1"`: the title names one run, not the sections' default of 3
     assert f"(median of {bench.reps_note(bench.context(bench.parse_args(args)))})".endswith(title)
 
 
 def test_the_rollout_section_prints_a_line_per_turn(tmp_path, capsys):
-    # the section's 25-35 minutes (an HF repetition ~13) printed nothing between its title and its figures
+    # the section's 25-35 minutes (an HF repetition ~13) print progress between its title and its figures
     data = _run(tmp_path, "--only", "rollout", "--model", "tiny", "--envs", "MathTool")
     out = capsys.readouterr().out
     assert "rollout: starting the hf engine" in out
@@ -160,7 +160,7 @@ def test_rollout_section_runs_both_engines_on_the_default_model(tmp_path):
 
 
 def test_retriever_measures_the_functions_the_bench_section_calls():
-    # the retriever section once called a helper its workload module did not have (every row was an error)
+    # every helper the retriever section calls exists in its workload module
     from eppo_envs.benchmarks import retriever
     from eppo_envs.tools.retriever import Document, make_retriever
 

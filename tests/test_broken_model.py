@@ -1,7 +1,6 @@
 """A model folder that is not a loadable model (a config.json that is not JSON, no weights, truncated weights, a
-broken tokenizer) is one line naming the folder and exit 2 from eppo-eval and eppo-train, with or without Ray. Each
-was a 35-60 line transformers/safetensors traceback (exit 1); with Ray, 'the generator or learner actor could not
-start: eppo_train.policy.models.ModelNotFoundError: /tmp/eppo-gen-model-...' naming a temporary copy, exit 1."""
+broken tokenizer) is one line naming the folder and exit 2 from eppo-eval and eppo-train, with or without Ray: not a
+transformers/safetensors traceback, nor (with Ray) an actor's error naming a temporary copy, exit 1."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Each CLI piped into a reader that has gone (`eppo-envs list | head -1`) stops quietly with 141 (128 + SIGPIPE),
-as `seq 1 100000 | head -1` does: it printed a BrokenPipeError traceback, or exited 1 with nothing said."""
+as `seq 1 100000 | head -1` does: no BrokenPipeError traceback, no silent exit 1."""
 
 from __future__ import annotations
 

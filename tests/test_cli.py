@@ -61,7 +61,7 @@ def test_errors_go_to_stderr_as_one_plain_line(capsys):
     (["bench", "--episodes", "-1"], "--episodes: must be >= 1"),
 ])
 def test_out_of_range_counts_and_seeds_are_refused(capsys, args, words):
-    # a negative seed used to end in gymnasium's traceback; 0 or -3 episodes printed "success 0.0% over -3 episodes"
+    # one argparse line, not gymnasium's traceback for a negative seed nor "success 0.0% over -3 episodes"
     with pytest.raises(SystemExit) as exc:
         main([*PLUGIN, *args])
     assert exc.value.code == 2
@@ -140,8 +140,8 @@ eppo_envs.register("mylab/Mine-v0", entry_point=GuessNumberEnv, task="mine", max
 
 def test_import_finds_your_module_in_the_folder_you_run_in(tmp_path):
     """README: `eppo-envs --import mylab.tasks list` with mylab/ beside you. A console script starts with its bin
-    folder on sys.path, not the folder it runs in: this was "eppo-envs: error: No module named 'mylab'" (and the
-    same in eppo-eval --import and eppo-train's env.imports)."""
+    folder on sys.path, not the folder it runs in; the folder is searched too (as in eppo-eval --import and
+    eppo-train's env.imports)."""
     from pathlib import Path
 
     (tmp_path / "mylab").mkdir()
@@ -168,7 +168,7 @@ def test_import_tasks_looks_in_the_current_folder_last(tmp_path, monkeypatch):
 
 
 def test_an_import_that_fails_names_the_module_asked_for():
-    # `eppo-envs --import no.such.mod list` said only "No module named 'no'"
+    # `eppo-envs --import no.such.mod list` names no.such.mod, not only "No module named 'no'"
     from eppo_envs.core import import_tasks
 
     with pytest.raises(ModuleNotFoundError, match=r"^cannot import 'no_such_pkg_xyz\.tasks': No module named"):

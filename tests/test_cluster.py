@@ -107,14 +107,14 @@ def test_tiny_on_three_nodes_places_env_workers_off_the_head(ray_tmp, tmp_path):
 
 @pytest.mark.timeout(600)
 def test_losing_an_env_node_mid_iteration_reruns_its_episodes_elsewhere(ray_tmp, tmp_path, monkeypatch):
-    from eppo_train import envpool
-    from eppo_train.actors import RayWorkers
     from eppo_train.config import load_config
+    from eppo_train.learner.workers import RayWorkers
+    from eppo_train.rollout import env_pool
     from eppo_train.trainer import train
 
     cluster, env_nodes = _cluster()
     seen: dict = {"resets": 0, "removed": None, "pools": [], "batches": []}
-    original_step, original_reset, original_train = envpool.RayEnvPool.step, envpool.RayEnvPool.reset, RayWorkers.train
+    original_step, original_reset, original_train = env_pool.RayEnvPool.step, env_pool.RayEnvPool.reset, RayWorkers.train
 
     def reset(self, jobs):
         seen["resets"] += 1
@@ -135,8 +135,8 @@ def test_losing_an_env_node_mid_iteration_reruns_its_episodes_elsewhere(ray_tmp,
         seen["batches"].append(list(samples))
         return original_train(self, samples)
 
-    monkeypatch.setattr(envpool.RayEnvPool, "reset", reset)
-    monkeypatch.setattr(envpool.RayEnvPool, "step", step)
+    monkeypatch.setattr(env_pool.RayEnvPool, "reset", reset)
+    monkeypatch.setattr(env_pool.RayEnvPool, "step", step)
     monkeypatch.setattr(RayWorkers, "train", record_train)
     try:
         ray.init(address=cluster.address, log_to_driver=False)

@@ -275,7 +275,7 @@ def test_wire_rejects_malformed_lines_and_opaque_values_equal_nothing():
 
 @pytest.mark.parametrize("code", ["x = 1" + "+1" * 30000, "x = " + "-" * 60000 + "1", "x = a" + ".b" * 30000])
 def test_code_nested_too_deeply_to_compile_is_feedback_not_a_crash(envs, code):
-    # CPython's compiler raises RecursionError or MemoryError (not SyntaxError) on these; the env used to crash
+    # CPython's compiler raises RecursionError or MemoryError (not SyntaxError) on these; the env must not crash
     obs, reward, terminated, _, info = _step(envs["train"], 0, code)
     assert reward == 0.0 and not info["won"] and info["action_valid"] and "does not compile" in obs, obs
 
@@ -287,7 +287,7 @@ def _colliding_set_line(n: int) -> str:
 
 
 def test_wire_rejects_sets_and_dicts_flooded_with_one_hash():
-    # building such a set is quadratic: 130k members (4 MB, one reply) held the judge for minutes per call
+    # building such a set is quadratic: 130k members (4 MB, one reply) would hold the judge for minutes per call
     start = time.monotonic()
     with pytest.raises(wire.WireError, match="hash"):
         wire.decode(_colliding_set_line(3000))
@@ -313,7 +313,7 @@ def test_hash_flooding_replies_do_not_stall_the_judge(envs):
         """)
     start = time.monotonic()
     obs, reward, *_ = _step(envs["train"], index, code)
-    assert reward == 0.0 and time.monotonic() - start < 8.0, obs  # was ~3 s of set building per test call
+    assert reward == 0.0 and time.monotonic() - start < 8.0, obs  # unchecked: ~3 s of set building per test call
 
 
 INC = "def inc(x):\n    return x + 1\n"  # right on ints, raises TypeError on a string
@@ -350,7 +350,7 @@ def test_a_failed_setup_fails_every_test_after_it(monkeypatch):
 
 
 def test_a_stop_iteration_from_the_solution_fails_tests_that_map_it(monkeypatch):
-    # crossing into the judge as itself, it ended the tests' `map` early: all([]) and not any([]) both held
+    # crossing into the judge as itself, it would end the tests' `map` early: all([]) and not any([]) both hold
     tests = "def check(candidate):\n    assert all(map(candidate, [1, 2]))\n    assert not any(map(candidate, [-1]))\n"
     env = _own_problem(monkeypatch, tests)
     obs, reward, terminated, _, info = env.step("```python\ndef inc(x):\n    raise StopIteration\n```")

@@ -40,8 +40,8 @@ def test_bad_keys_and_values_are_one_line(override, words):
 
 
 @pytest.mark.parametrize("override, words", [
-    # each was accepted: some ran as another value (0 turns as the default cap, -1 checkpoints as 1), others
-    # failed mid-run with a library's traceback (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init)
+    # unchecked, some would run as another value (0 turns as the default cap, -1 checkpoints as 1), others fail
+    # mid-run with a library's traceback (top_p 0 in the sampler, betas in AdamW, num_cpus in ray.init)
     ("rollout.top_p=0", "rollout.top_p: must be in (0, 1]"),
     ("rollout.top_p=2", "rollout.top_p: must be in (0, 1]"),
     ("rollout.max_turns=0", "rollout.max_turns: must be >= 1"),
@@ -92,7 +92,7 @@ def test_unknown_config_name():
 
 
 def test_a_folder_given_as_the_config_is_named_as_a_folder(tmp_path):
-    # was "no config file <folder>", which reads as if the path did not exist
+    # not "no config file <folder>", which reads as if the path did not exist
     with pytest.raises(ConfigError, match=r"is a folder; --config takes a YAML file"):
         load_config(str(tmp_path))
 
@@ -117,8 +117,8 @@ def test_a_config_saved_with_flat_loss_settings_still_loads(tmp_path):
 
 
 def test_a_bad_task_option_is_one_line_before_the_run():
-    # was a TypeError traceback from gymnasium once the first env was built, mid-run
-    from eppo_train.tasks import prepare_tasks
+    # not a TypeError traceback from gymnasium once the first env is built, mid-run
+    from eppo_train.rollout.task_slots import prepare_tasks
 
     with pytest.raises(ConfigError) as exc:
         prepare_tasks(load_config("tiny", ["env.tasks.0.kwargs={colour: red}"]))
@@ -133,8 +133,8 @@ def test_a_bad_task_option_is_one_line_before_the_run():
     ("pacing.target_entropy={guess: 0.3}", "pacing.target_entropy: no task 'guess' (tasks: guess_small, guess_large)"),
 ])
 def test_a_bad_split_is_one_line_before_the_run(override, words):
-    # env.tasks[].split was a ValueError traceback at the first reset; evaluation.split's were never checked
-    from eppo_train.tasks import prepare_tasks
+    # env.tasks[].split and evaluation.split: not a ValueError traceback at the first reset
+    from eppo_train.rollout.task_slots import prepare_tasks
 
     with pytest.raises(ConfigError) as exc:
         prepare_tasks(load_config("tiny", [override]))
@@ -146,3 +146,45 @@ def test_a_negative_eval_every_is_one_line():
     with pytest.raises(ConfigError) as exc:
         load_config("tiny", ["run.eval_every=-1"])
     assert str(exc.value).startswith("run.eval_every: must be >= 0") and "\n" not in str(exc.value)
+
+
+def test_every_setting_carries_its_help_text():
+    from eppo_train.config import Config
+    from eppo_train.core.registry import explain
+
+    rows = list(explain(Config))
+    assert len(rows) > 80 and {"learner.lr", "pacing.lam", "env.tasks.N.id"} <= {r.key for r in rows}
+    missing = [r.key for r in rows if len(r.help.strip()) < 8]
+    assert not missing, f"settings without help text: {missing}"
+
+
+def test_config_explain_prints_a_key_a_section_and_loss_options(capsys):
+    from eppo_train.cli import main
+
+    assert main(["config", "--explain", "learner.lr"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["learner.lr  (float, default 1e-06)", "    AdamW learning rate"]
+    assert main(["config", "--explain", "pacing"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pacing:  ") and "pacing.lam  (float, default 0.5)" in out
+    assert main(["config", "--explain", "algo.options"]) == 0
+    assert "algo.options.ratio  (algo.name: clip_cov)  (float, default 0.0002)" in capsys.readouterr().out
+
+
+def test_config_explain_of_an_unknown_key_is_one_line_with_close_names(capsys):
+    from eppo_train.cli import main
+
+    assert main(["config", "--explain", "learner.lrr"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["eppo-train: error: unknown config key 'learner.lrr' (did you mean learner.lr, learner, "
+                   "learner.betas?)"]
+
+
+def test_config_prints_the_resolved_config_as_yaml(capsys):
+    import yaml
+
+    from eppo_train.cli import main
+
+    assert main(["config", "--config", "tiny", "--set", "learner.lr=0.5"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["learner"]["lr"] == 0.5 and data["run"]["name"] == "tiny"

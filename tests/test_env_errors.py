@@ -1,9 +1,8 @@
 """A task that raises or breaks its contract is said, not trained on or scored in silence.
 
 An env that raises inside `step` ends that episode unwon (one bad instance must not take a training batch down),
-but it was silent: nothing read the `env_error` the pool wrote, so a plugin task that raised on every step trained
-at 0 and `eppo-eval` printed a table of zeros with exit 0. A task whose hook returns the wrong types
-(`TaskError`, the same on every step) was swallowed the same way."""
+and says so: a plugin task that raises on every step must not train at 0 in silence, nor `eppo-eval` print a table
+of zeros with exit 0. The same holds for a task whose hook returns the wrong types (`TaskError`, on every step)."""
 
 from __future__ import annotations
 
@@ -11,10 +10,10 @@ import pytest
 
 import eppo_envs
 from eppo_envs.core import AgentEnv, StepResult, TaskError
-from eppo_train import eval as eval_cli
-from eppo_train.envpool import EnvJob, LocalEnvPool
-from eppo_train.evaluation import summarise
-from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+from eppo_train.eval import cli as eval_cli
+from eppo_train.eval.evaluation import summarise
+from eppo_train.rollout.env_pool import EnvJob, LocalEnvPool
+from eppo_train.rollout.loop import Problem, RolloutConfig, run_rollout
 
 
 class _Flaky(AgentEnv):

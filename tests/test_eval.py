@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from eppo_train.eval import main
+from eppo_train.eval.cli import main
 from eppo_train.policy.factory import newest_model_folder
 from eppo_train.policy.models import tiny_model_dir
 
@@ -57,7 +57,7 @@ def test_pass_at_k_against_hand_counted_outcomes():
     reward's) interval is a bootstrap over the instances' shares (0.5 and 0), so it spans [0, 0.5], not an interval
     over 4 independent draws."""
     from eppo_envs.core.record import Episode, Turn
-    from eppo_train.evaluation import summarise
+    from eppo_train.eval.evaluation import summarise
 
     def episode(seed: int, won: bool) -> Episode:
         return Episode("t", "t", "test", seed, f"t/{seed}", "", "", [Turn("a", "o", float(won), True)], won=won)
@@ -113,7 +113,7 @@ def test_env_kwargs_reach_the_task(tmp_path):
         (["--policy", "expert", "--import", "no_such_module_xyz"], "cannot import"),
         (["--policy", "expert", *TASK, "--samples", "4"], "needs a temperature > 0"),
         (["--policy", "expert", *TASK, "--samples", "0", "--temperature", "1"], "must be at least 1"),
-        # these ran as if the flag were absent (--max-turns 0: every task's own cap) or made empty episodes
+        # unchecked, these run as if the flag were absent (--max-turns 0: every task's own cap) or make empty episodes
         (["--policy", "expert", *TASK, "--max-turns", "0"], "--max-turns must be at least 1"),
         (["--policy", "expert", *TASK, "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--policy", "expert", *TASK, "--temperature", "-1"], "--temperature must be >= 0"),
@@ -132,9 +132,9 @@ def test_user_errors_are_one_line_and_exit_2(args, message, capsys):
 
 
 def test_a_lost_worker_is_one_error_line_with_the_rerun_hint(monkeypatch, capsys):
-    # was "eppo-eval: WorkerLost: ...": the class name, no rerun hint, unlike eppo-train's line for the same event
-    import eppo_train.eval as eval_cli
-    from eppo_train.interrupt import WorkerLost
+    # eppo-train's line for the same event, not "eppo-eval: WorkerLost: ..." (the class name, no rerun hint)
+    import eppo_train.eval.cli as eval_cli
+    from eppo_train.runtime.interrupt import WorkerLost
 
     def dies(args):
         raise WorkerLost("the env worker 0 died (its process ended: killed, out of memory, or its node went away)")
@@ -147,7 +147,7 @@ def test_a_lost_worker_is_one_error_line_with_the_rerun_hint(monkeypatch, capsys
 
 
 def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
-    # was gymnasium's "AgentEnv.__init__() got an unexpected keyword argument 'nokey' was raised from the
+    # not gymnasium's "AgentEnv.__init__() got an unexpected keyword argument 'nokey' was raised from the
     # environment creator for run/math-v0 with kwargs ({'nokey': 1})"
     assert main(["--policy", "expert", "--tasks", "math", "--episodes", "1", "--env-kwarg", "math.nokey=1",
                  "--no-progress"]) == 2
@@ -156,12 +156,12 @@ def test_an_unknown_task_option_names_the_task_and_its_options(capsys):
 
 
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(tmp_path, capsys):
-    # a folder given as --json used to end, after the whole evaluation, in an IsADirectoryError traceback
+    # a folder given as --json: refused up front, not an IsADirectoryError traceback after the whole evaluation
     for flag in ("--json", "--transcripts"):
         assert main(["--policy", "expert", *TASK, "--episodes", "1", flag, str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
         assert f"{flag} {tmp_path}: is a directory" in err and "\n" not in err
-    # a path under a file was refused only after the whole evaluation (exit 1, the results lost)
+    # a path under a file: refused up front, not after the whole evaluation (exit 1, the results lost)
     (tmp_path / "a-file").write_text("")
     for flag in ("--json", "--transcripts"):
         bad = tmp_path / "a-file" / "sub" / "out.json"
@@ -174,11 +174,10 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_the_evaluation(
 
 
 def test_the_progress_bar_is_redrawn_between_turns(capsys):
-    """One turn of `make eval` is one engine call of minutes; the bar (elapsed time included) used to stand still
-    until the turn ended."""
+    """One turn of `make eval` is one engine call of minutes; the bar (elapsed time included) moves during it."""
     import time
 
-    from eppo_train.eval import _Bar
+    from eppo_train.eval.cli import _Bar
 
     bar = _Bar(12, True, every_s=0.2)
     time.sleep(1.1)
@@ -301,8 +300,8 @@ def test_a_transcript_holding_a_lone_surrogate_is_written_and_reads_back(tmp_pat
     import argparse
 
     from eppo_envs.core import Episode, Turn
-    from eppo_train.eval import write_outputs
-    from eppo_train.evaluation import EvalReport
+    from eppo_train.eval.cli import write_outputs
+    from eppo_train.eval.evaluation import EvalReport
 
     episode = Episode("eppo/X-v0", "x", "test", 0, "x/0", "", "", [Turn("a\ud800b", "ok", 0.0, False)])
     report = EvalReport("p", "test", 1, 0.0, {}, 0, {}, episodes=[episode])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eppo_train.files import write_json_atomic, write_text_atomic
+from eppo_train.core.files import write_json_atomic, write_text_atomic
 from eppo_train.trainer import latest_checkpoint
 
 

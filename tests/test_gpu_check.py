@@ -24,7 +24,7 @@ def _env(tmp_path: Path, absent: tuple[str, ...]) -> dict[str, str]:
 
 def test_timed_path_imports_without_gymnasium_ray_vllm(tmp_path):
     # and a config without env.imports builds as the Ray learner actor builds its own (from_dict), eppo_envs unimported
-    code = ("import sys; import eppo_train.gpu_check, eppo_train.learner, eppo_train.policy.hf, eppo_train.config; "
+    code = ("import sys; import eppo_train.benchmarks.gpu_check, eppo_train.learner.learner, eppo_train.policy.hf, eppo_train.config; "
             "eppo_train.config.from_dict({}); print(sorted(m for m in ('gymnasium', 'ray', 'vllm', 'eppo_envs') if sys.modules.get(m) is not None))")
     env = _env(tmp_path, ("gymnasium", "ray", "vllm"))
     env["PYTHONPATH"] += os.pathsep + str(ROOT)
@@ -35,7 +35,7 @@ def test_timed_path_imports_without_gymnasium_ray_vllm(tmp_path):
 
 def test_gpu_check_cpu_dry_run_with_the_bundle(tmp_path):
     bundle = tmp_path / "bundle"
-    made = subprocess.run([sys.executable, "-m", "eppo_train.gpu_check", "bundle", str(bundle)], cwd=ROOT,
+    made = subprocess.run([sys.executable, "-m", "eppo_train.benchmarks.gpu_check", "bundle", str(bundle)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     assert sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file()) < 64 * 2**20  # fits one carry
@@ -57,11 +57,11 @@ def test_gpu_check_cpu_dry_run_with_the_bundle(tmp_path):
 
 
 def test_gpu_check_without_a_bundle_exits_0_when_it_passes(tmp_path):
-    # `make gpu-check ARGS=--cpu` here, where the venv has everything and no bundle was built: it printed
-    # "gpu_check: passed" and exited 1 (the EXIT trap's `[[ -n "" ]] && rm` set the status)
+    # `make gpu-check ARGS=--cpu` here, where the venv has everything and no bundle was built: "gpu_check: passed"
+    # and exit 0 (an EXIT trap's `[[ -n "" ]] && rm` would set the status to 1)
     env = {**os.environ, "PYTHON": sys.executable, "EPPO_GPU_BUNDLE": str(tmp_path / "no-bundle")}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", "--skip-train"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
     assert "gpu_check: passed" in done.stdout, (done.stdout + done.stderr)[-3000:]
     assert done.returncode == 0
-    assert "nan" not in done.stdout and "peak GPU memory" not in done.stdout  # was "peak GPU memory nan GiB" on CPU
+    assert "nan" not in done.stdout and "peak GPU memory" not in done.stdout  # no "peak GPU memory nan GiB" on CPU

@@ -15,9 +15,9 @@ from test_learning import bandit_config
 
 from eppo_train.cli import main
 from eppo_train.config import load_config
-from eppo_train.group_signal import SignalRow, measure, measure_eval, table
+from eppo_train.eval.group_signal import SignalRow, measure, measure_eval, table
+from eppo_train.rollout.task_slots import prepare_tasks
 from eppo_train.sft import sft_model
-from eppo_train.tasks import prepare_tasks
 
 
 def _warm_start(tmp_path):
@@ -108,9 +108,9 @@ def _episode(seed, won, split="eval", env_id="eppo/T"):
 
 def _no_model(monkeypatch):
     closer = SimpleNamespace(close=lambda: None)
-    monkeypatch.setattr("eppo_train.tasks.prepare_tasks", lambda cfg: [_SLOT])
-    monkeypatch.setattr("eppo_train.actors.engine_spec", lambda cfg: None)
-    monkeypatch.setattr("eppo_train.policy.engine.make_engine", lambda spec: closer)
+    monkeypatch.setattr("eppo_train.eval.group_signal.prepare_tasks", lambda cfg: [_SLOT])
+    monkeypatch.setattr("eppo_train.learner.workers.engine_spec", lambda cfg: None)
+    monkeypatch.setattr("eppo_train.eval.group_signal.make_engine", lambda spec: closer)
     return closer
 
 
@@ -133,8 +133,8 @@ def test_measure_eval_counts_signal_and_rescue_by_hand(monkeypatch):
         return SimpleNamespace(episodes=episodes, tokens_generated=0, timing={"wall_seconds": 1.0})
 
     _no_model(monkeypatch)
-    monkeypatch.setattr("eppo_train.fixed_eval.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
-    monkeypatch.setattr("eppo_train.evaluation.evaluate", evaluate)
+    monkeypatch.setattr("eppo_train.eval.group_signal.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
+    monkeypatch.setattr("eppo_train.eval.group_signal.evaluate", evaluate)
     cfg = load_config("tiny", ["rollout.group_size=3"])
     assert measure_eval(cfg, [1.0], progress=lambda _: None) == [_EXPECTED]
 
@@ -142,8 +142,8 @@ def test_measure_eval_counts_signal_and_rescue_by_hand(monkeypatch):
 def test_measure_counts_rescue_only_where_the_greedy_reply_loses(monkeypatch):
     """Task t plays `_WINS`; task u, beside it, two problems the greedy reply wins and every sample loses: t's row
     counts t's groups only."""
-    from eppo_train.records import Sample
-    from eppo_train.rollout import Problem
+    from eppo_train.core.records import Sample
+    from eppo_train.rollout.loop import Problem
 
     wins = {"eppo/T": _WINS, "eppo/U": {0: (True, (0, 0, 0)), 1: (True, (0, 0, 0))}}
 
@@ -162,12 +162,12 @@ def test_measure_counts_rescue_only_where_the_greedy_reply_loses(monkeypatch):
 
     closer = _no_model(monkeypatch)
     other = SimpleNamespace(label="u", env_id="eppo/U", cfg=SimpleNamespace(train_reward="won"))
-    monkeypatch.setattr("eppo_train.tasks.prepare_tasks", lambda cfg: [_SLOT, other])
-    monkeypatch.setattr("eppo_train.envpool.LocalEnvPool", lambda: closer)
-    monkeypatch.setattr("eppo_train.tasks.train_problems",
+    monkeypatch.setattr("eppo_train.eval.group_signal.prepare_tasks", lambda cfg: [_SLOT, other])
+    monkeypatch.setattr("eppo_train.eval.group_signal.LocalEnvPool", lambda: closer)
+    monkeypatch.setattr("eppo_train.eval.group_signal.train_problems",
                         lambda cfg, slots, b, stream: [Problem(env, "train", seed) for env in wins for seed in wins[env]])
-    monkeypatch.setattr("eppo_train.tasks.rollout_config", lambda cfg, slots, iteration: cfg.rollout)
-    monkeypatch.setattr("eppo_train.rollout.run_rollout", run_rollout)
+    monkeypatch.setattr("eppo_train.eval.group_signal.rollout_config", lambda cfg, slots, iteration: cfg.rollout)
+    monkeypatch.setattr("eppo_train.eval.group_signal.run_rollout", run_rollout)
     cfg = load_config("tiny", ["rollout.group_size=3", "rollout.temperature=1.0"])
     assert measure(cfg, [1.0], batches=1, progress=lambda _: None) == [
         _EXPECTED, SignalRow("u", 1.0, 2, signal=0.0, rescue=0.0, success=0.0, greedy=1.0, reply_tokens=7.0)]
@@ -175,11 +175,11 @@ def test_measure_counts_rescue_only_where_the_greedy_reply_loses(monkeypatch):
 
 def test_a_wrong_model_is_told_before_the_tasks_are_set_up(tmp_path, capsys, monkeypatch):
     # `eppo-train signal --model runs/nothere` set up the pipeline's five tasks (~10-20 s) before the model's error
-    import eppo_train.tasks
+    import eppo_train.rollout.task_slots
 
     def too_early(cfg):
         raise AssertionError("the tasks were set up before the model was checked")
 
-    monkeypatch.setattr(eppo_train.tasks, "prepare_tasks", too_early)
+    monkeypatch.setattr(eppo_train.rollout.task_slots, "prepare_tasks", too_early)
     assert main(["signal", "--model", str(tmp_path / "nothere")]) == 2
     assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from eppo_train.advantages import compute_advantages
+from eppo_train.algos.advantages import compute_advantages
 from eppo_train.config import ConfigError, load_config
-from eppo_train.envpool import LocalEnvPool
-from eppo_train.guidance import expert_guidance, losing_groups
+from eppo_train.core.records import Sample
 from eppo_train.policy.hf import HFPolicy
-from eppo_train.records import Sample
-from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.guidance import expert_guidance, losing_groups
+from eppo_train.rollout.loop import Problem, RolloutConfig, run_rollout
 
 GUESS = "example/GuessNumber-v0"
 

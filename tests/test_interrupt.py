@@ -58,7 +58,7 @@ class Command:
         """Send `sig` (to the whole process group when `group`), wait; (exit code, last stderr line, survivors:
         the processes of the command still alive `within` seconds after it exited). A deadline, not a speed check:
         the command's watchdog finishes off stragglers a second or two after it exits, and under load (a make-train
-        run beside the suite, 2026-12-05) a Ray worker spawned during the shutdown was still exiting at 3 s."""
+        run beside the suite) a Ray worker spawned during the shutdown may still be exiting at 3 s."""
         seen = psutil.Process(self.proc.pid).children(recursive=True)
         if group:
             os.killpg(self.proc.pid, sig)
@@ -110,7 +110,7 @@ def _survivors(seen: list[psutil.Process], sid: int) -> list[psutil.Process]:
 
 
 # How long a stage may take before the test calls the command hung. A deadline, not a speed check: under a load of
-# 5+ on 2 cores (a study run and a CI rehearsal beside it) a tiny Ray run took over 300 s to its first iteration.
+# 5+ on 2 cores (a study run and a CI rehearsal beside it) a tiny Ray run can take over 300 s to its first iteration.
 HUNG_S = 900
 
 
@@ -188,8 +188,8 @@ def test_sigterm_before_the_first_checkpoint_says_start_over(tmp_path: Path):
 
 @pytest.mark.parametrize("command", ["train", "eval"])
 def test_sigterm_with_ray_is_one_line_not_rays_abort(tmp_path: Path, command: str):
-    """ray.init takes SIGTERM: its core worker's C++ handler printed '*** SIGTERM received ***' with a stack and
-    aborted (exit 134), Ray's processes left to the watchdog; eppo-train's tests sent SIGTERM only without Ray."""
+    """ray.init takes SIGTERM: with Ray too, the command's one line, not its core worker's C++ handler printing
+    '*** SIGTERM received ***' with a stack and aborting (exit 134), Ray's processes left to the watchdog."""
     if command == "train":
         args = ["eppo_train.cli", "--config", "tiny", "--set", f"run.out_dir={tmp_path / 'runs'}", "--set",
                 "sft.steps=0", "--set", "ray.enabled=true"]
@@ -213,7 +213,7 @@ def test_a_sigterm_while_ray_starts_is_the_interrupt(tmp_path: Path):
     through (exit 15, no line). Here a stand-in for ray.init installs that handler and is signalled inside it."""
     proc = _guarded(tmp_path,
                     "    import os, signal, sys\n"
-                    "    from eppo_train.interrupt import ray_init_signals\n"
+                    "    from eppo_train.runtime.interrupt import ray_init_signals\n"
                     "    with ray_init_signals():\n"
                     "        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init does\n"
                     "        os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -227,7 +227,7 @@ def test_a_sigterm_while_ray_starts_is_the_interrupt(tmp_path: Path):
 def test_guards_handlers_are_back_after_ray_init(tmp_path: Path):
     proc = _guarded(tmp_path,
                     "    import signal\n"
-                    "    from eppo_train.interrupt import ray_init_signals\n"
+                    "    from eppo_train.runtime.interrupt import ray_init_signals\n"
                     "    with ray_init_signals():\n"
                     "        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what a connected core worker does\n"
                     "    print('initialised', flush=True)\n"
@@ -240,17 +240,17 @@ def test_guards_handlers_are_back_after_ray_init(tmp_path: Path):
 
 
 def _working_children(pid: int) -> list[psutil.Process]:
-    """The command's descendants other than its watchdog (eppo_train/reaper.py)."""
-    return [p for p in psutil.Process(pid).children(recursive=True) if "reaper.py" not in _cmdline(p)]
+    """The command's descendants other than its watchdog (eppo_envs/tools/teardown/watchdog.py)."""
+    return [p for p in psutil.Process(pid).children(recursive=True) if "watchdog.py" not in _cmdline(p)]
 
 
 def test_ctrl_c_during_a_bench_section(tmp_path: Path):
-    """make bench ended a Ctrl-C with a KeyboardInterrupt traceback from inside the section (found interrupting
-    `--only sandbox`); it is one line, exit 130, its sandboxes gone and the last results file left as it was."""
+    """A Ctrl-C inside a make bench section (`--only sandbox`) is one line, not a KeyboardInterrupt traceback: exit
+    130, its sandboxes gone and the last results file left as it was."""
     out = tmp_path / "results.json"
     cmd = Command(["eppo_train.benchmarks", "--only", "sandbox", "--out", str(out)], tmp_path)
-    # the sandbox runs its snippets (a bwrap child): any child before it was set-up's, where `platform.processor()`
-    # ran `uname -p` unguarded and a Ctrl-C there was a traceback (seen once in make test under load)
+    # the sandbox runs its snippets (a bwrap child): wait for one, so that the Ctrl-C lands inside the section, not
+    # in the bench's set-up
     cmd.wait_for(lambda: [p for p in _working_children(cmd.proc.pid) if "bwrap" in _cmdline(p)], timeout=120)
     rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
     assert rc == 130 and not survivors, (cmd.err[-3000:], cmd.leftovers)
@@ -260,9 +260,9 @@ def test_ctrl_c_during_a_bench_section(tmp_path: Path):
 
 
 def test_ctrl_c_during_the_study_then_the_done_run_is_kept(tmp_path: Path):
-    """make experiment-quick: Ctrl-C during its second run printed '[  1m14s] finished: <results>' above the
-    interrupt line (the progress display's closing line ran in a `finally`); now the interrupt line is the only one
-    after the signal, and a second invocation skips the run that had finished."""
+    """make experiment-quick: after a Ctrl-C during its second run the interrupt line is the only one after the
+    signal (no progress display's closing line such as '[  1m14s] finished: <results>' above it), and a second
+    invocation skips the run that had finished."""
     tiny = ["sft.steps=0", "run.save_every=1", "evaluation.episodes=2", "env.tasks.0.problems=1",
             "env.tasks.1.problems=1", "rollout.group_size=2", "rollout.max_new_tokens=6", "run.iterations=2"]
     args = ["eppo_train.cli", "study", "--quick", "--seeds", "1", "--out", str(tmp_path / "study"),
@@ -286,7 +286,7 @@ def _guarded(tmp_path: Path, body: str) -> subprocess.Popen:
     and ready: its stdout said so."""
     script = tmp_path / "guarded.py"
     script.write_text("import logging, time\n"
-                      "from eppo_train.interrupt import guard\n"
+                      "from eppo_train.runtime.interrupt import guard\n"
                       "with guard('prog', lambda: 'resume with: nothing'):\n"
                       "    print('ready', flush=True)\n" + body)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -314,7 +314,7 @@ def test_an_interrupt_swallowed_by_a_library_is_raised_again(tmp_path):
 
 def test_a_library_logging_while_the_interrupt_unwinds_is_not_heard(tmp_path: Path):
     """selenium logs "Error stopping service after a failed start" with a traceback when a Ctrl-C lands while
-    chromedriver starts (seen once in 6 runs of the browser eval's Ctrl-C test on a loaded machine). After the signal
+    chromedriver starts (about once in 6 runs of the browser eval's Ctrl-C test on a loaded machine). After the signal
     the command's one line is all its user reads, whatever a library logs on the way out."""
     proc = _guarded(tmp_path,
                     "    try:\n"
@@ -354,7 +354,7 @@ def test_child_shutdown_chatter_after_an_interrupt_is_dropped(tmp_path: Path, gr
     (tmp_path / "child.py").write_text(CHATTY_CHILD)
     (tmp_path / "chatty.py").write_text(
         "import subprocess, sys, time\n"
-        "from eppo_train.interrupt import guard, relayed_child_output\n"
+        "from eppo_train.runtime.interrupt import guard, relayed_child_output\n"
         "with guard('prog', lambda: 'resume with: nothing'):\n"
         "    with relayed_child_output():\n"
         f"        child = subprocess.Popen([sys.executable, {str(tmp_path / 'child.py')!r}])\n"
@@ -387,7 +387,7 @@ def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path, monkeypat
     cmd.wait_for(lambda: "eval:" in cmd.err, timeout=HUNG_S)  # the bar appears once the engine has started
     time.sleep(10)  # well inside the first generate calls
     before = len(cmd.err)
-    # the watchdog sweeps the engine's shared memory after the command exits: under load that took > 3 s
+    # the watchdog sweeps the engine's shared memory after the command exits: under load that takes > 3 s
     rc, line, survivors = cmd.interrupt(signal.SIGINT, group=True)
     after = [s for s in cmd.err[before:].replace("\r", "\n").splitlines() if s.strip() and not s.startswith("eval:")]
     assert rc == 130 and not survivors, cmd.leftovers
@@ -399,7 +399,7 @@ def test_ctrl_c_mid_generate_with_vllm_prints_one_line(tmp_path: Path, monkeypat
 @pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="Debian chromium is not installed")
 def test_ctrl_c_during_a_browser_eval_leaves_no_profile_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Each WebShop-Browser env has a Chromium profile folder in $TMPDIR; the cleanup's SIGTERM to the browser's
-    reaper must still remove it (it used to kill the reaper first: one folder left per env)."""
+    reaper must still remove it (killing the reaper first would leave one folder per env)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
@@ -414,8 +414,8 @@ def test_ctrl_c_during_a_browser_eval_leaves_no_profile_folder(tmp_path: Path, m
 
 
 def test_sighup_is_the_interrupt(tmp_path: Path):
-    """A closed terminal (or ssh session) sends SIGHUP: its default action ended the command at once (exit 129), with
-    no line, no clean-up but the watchdog's and no resume hint; it is an interrupt like SIGTERM."""
+    """A closed terminal (or ssh session) sends SIGHUP: it is an interrupt like SIGTERM, not its default action of
+    ending the command at once (exit 129) with no line, no clean-up but the watchdog's and no resume hint."""
     proc = _guarded(tmp_path, "    time.sleep(30)\n    print('not interrupted', flush=True)\n")
     proc.send_signal(signal.SIGHUP)
     out, err = proc.communicate(timeout=30)

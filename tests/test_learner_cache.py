@@ -7,9 +7,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from eppo_train.config import load_config
-from eppo_train.frozen_cache import cache_start, decoder_layers
-from eppo_train.learner import Learner, freeze_below_top, micro_batches
-from eppo_train.records import Sample
+from eppo_train.core.records import Sample
+from eppo_train.learner.frozen_cache import cache_start, decoder_layers
+from eppo_train.learner.learner import Learner, freeze_below_top, micro_batches
 
 VOCAB = 512
 LAYERS, TOP = 4, 2
@@ -63,7 +63,7 @@ def run(model: torch.nn.Module, cache: bool, algo: str = "eppo", steps: int = 2,
 @pytest.mark.parametrize(("algo", "kl_coef"), [("eppo", 0.0), ("grpo", 0.0), ("grpo", 0.5)])
 def test_cached_update_equals_the_full_forward(algo, kl_coef):
     """Equal up to float rounding, not bit for bit: the cached path runs the frozen blocks on other batch shapes,
-    and on some CPUs (seen on an AMD EPYC host, 2026-12-02) the kernels then round differently (loss ~1e-8 apart).
+    and on some CPUs (an AMD EPYC host, for one) the kernels then round differently (loss ~1e-8 apart).
     AdamW turns such noise on near-zero gradient entries into updates that differ by a part in 1e4, so the weights
     are compared by their update, and steps after the first (which see those weights) with a looser tolerance. A
     cached path that is really wrong is refused up front by the learner's own comparison (the GPT-2 test below)."""

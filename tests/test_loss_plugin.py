@@ -11,16 +11,16 @@ import warnings
 
 import pytest
 
-from eppo_train.advantages import ESTIMATORS, EstimatorSpec, compute_advantages, register_estimator
+from eppo_train.algos.advantages import ESTIMATORS, EstimatorSpec, compute_advantages, register_estimator
+from eppo_train.algos.losses import LOSSES, ClipCovOptions, LossSpec, ppo_clip, register_loss
 from eppo_train.config import ConfigError, load_config
-from eppo_train.learner import Learner
-from eppo_train.losses import LOSSES, ClipCovOptions, LossSpec, ppo_clip, register_loss
-from eppo_train.records import Sample
+from eppo_train.core.records import Sample
+from eppo_train.learner.learner import Learner
 
 PLUGIN = '''
 from dataclasses import dataclass
 
-from eppo_train.losses import LossSpec, ppo_clip, register_loss
+from eppo_train.algos.losses import LossSpec, ppo_clip, register_loss
 
 
 @dataclass
@@ -87,8 +87,8 @@ def test_its_options_are_validated_by_its_dataclass(plugin):
 ENV_IMPORTED = '''
 from dataclasses import dataclass
 
-from eppo_train.advantages import EstimatorSpec, grpo, register_estimator
-from eppo_train.losses import LossSpec, ppo_clip, register_loss
+from eppo_train.algos.advantages import EstimatorSpec, grpo, register_estimator
+from eppo_train.algos.losses import LossSpec, ppo_clip, register_loss
 
 
 @dataclass
@@ -107,8 +107,8 @@ register_estimator("env_imported_shift", EstimatorSpec(shifted, ShiftOptions))
 
 def test_a_loss_and_an_estimator_registered_by_env_imports_are_known_to_the_config(tmp_path, monkeypatch):
     """The documented way from the command line: `--set env.imports=[mod] --set algo.name=<its loss>`. The names
-    were checked before `env.imports` was imported (only the trainer's task set-up imported it), so a loss or an
-    estimator that only a config's import registers was 'unknown loss', and `eppo-train` had no other way in."""
+    are checked after `env.imports` is imported, so a loss or an estimator that only a config's import registers is
+    known, not 'unknown loss'."""
     (tmp_path / "my_env_imported_algo.py").write_text(ENV_IMPORTED)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_env_imported_algo", raising=False)
@@ -123,12 +123,12 @@ def test_a_loss_and_an_estimator_registered_by_env_imports_are_known_to_the_conf
         load_config("tiny", ["env.imports=[no_such_plugin_mod]", "algo.name=env_imported_clip"])
     # every module is imported, not the first only; one that exists but fails on an import of its own is one line too
     (tmp_path / "my_second_algo.py").write_text(
-        "from eppo_train.losses import LossSpec, ppo_clip, register_loss\n"
+        "from eppo_train.algos.losses import LossSpec, ppo_clip, register_loss\n"
         "register_loss('env_imported_second', LossSpec(ppo_clip, 0.2, 0.2, 'seq_mean'))\n")
     monkeypatch.delitem(sys.modules, "my_second_algo", raising=False)
     assert load_config("tiny", ["env.imports=[json,my_second_algo]", "algo.name=env_imported_second"]).algo.name \
         == "env_imported_second"
-    (tmp_path / "my_broken_algo.py").write_text("from eppo_train.losses import no_such_name\n")
+    (tmp_path / "my_broken_algo.py").write_text("from eppo_train.algos.losses import no_such_name\n")
     with pytest.raises(ConfigError, match="env.imports: cannot import 'my_broken_algo': cannot import name 'no_such_name'"):
         load_config("tiny", ["env.imports=[my_broken_algo]"])
 
@@ -159,9 +159,9 @@ def _two_args(inp, extra):
      r"cannot be called as <lambda>\(x, scale_by_std=\.\.\., options=\.\.\.\)"),
 ])
 def test_a_loss_or_estimator_that_cannot_run_is_one_line_when_it_registers(call, message):
-    """A wrong signature or spec was accepted, then a traceback from the learner (or the advantage step) after the
-    SFT warm start and the first rollout; it is now a ConfigError, which the CLIs print as one line, raised while
-    `env.imports` imports the plugin."""
+    """A wrong signature or spec is a ConfigError, which the CLIs print as one line, raised while `env.imports`
+    imports the plugin: not a traceback from the learner (or the advantage step) after the SFT warm start and the
+    first rollout."""
     with pytest.raises(ConfigError, match=message) as err:
         call()
     assert "\n" not in str(err.value)
@@ -183,8 +183,8 @@ def _returns(value_of):
      "LossOutput.per_token carries no gradient"),
 ])
 def test_a_loss_that_returns_the_wrong_thing_is_one_line_naming_it(value_of, message):
-    """A tuple was an AttributeError inside the learner, a scalar per_token broadcast silently over the batch's
-    token weights (a wrong gradient), a detached one a backward error from torch."""
+    """Unchecked, a tuple is an AttributeError inside the learner, a scalar per_token broadcasts silently over the
+    batch's token weights (a wrong gradient), a detached one is a backward error from torch."""
     register_loss("bad_output", LossSpec(_returns(value_of), 0.2, 0.2, "token_mean"))
     try:
         with pytest.raises(ConfigError, match=message) as err:
@@ -201,7 +201,7 @@ def test_a_loss_that_returns_the_wrong_thing_is_one_line_naming_it(value_of, mes
     (lambda samples: {id(s): "1" for s in samples}, "gave '1' for a t sample"),
 ])
 def test_an_estimator_that_misses_a_sample_or_gives_nan_is_one_line_naming_it(result, message):
-    """A missing sample was a KeyError, and a NaN advantage trained silently into the weights."""
+    """Unchecked, a missing sample is a KeyError, and a NaN advantage trains silently into the weights."""
     register_estimator("bad_values", EstimatorSpec(lambda samples, scale_by_std=True, options=None: result(samples)))
     try:
         with pytest.raises(ConfigError, match=message):
@@ -223,8 +223,8 @@ def test_an_estimator_may_give_numpy_numbers():
 
 
 def test_registering_a_known_name_again_warns_and_replaces_it():
-    """A plugin's `grpo` silently replaced the built-in one; now it is said, as gymnasium says of an id registered
-    twice. The same entry registered again (a module imported twice) is quiet."""
+    """A plugin's `grpo` replaces the built-in one with a warning, as gymnasium says of an id registered twice. The
+    same entry registered again (a module imported twice) is quiet."""
     builtin = LOSSES.get("grpo")
     mine = LossSpec(ppo_clip, 0.1, 0.1, "seq_mean")
     try:

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from eppo_train.losses import (
+from eppo_train.algos.losses import (
     LOSSES,
     ClipCovOptions,
     KlCovOptions,

@@ -106,7 +106,7 @@ def _graded_in_a_thread(prediction: str, reference: str) -> list[bool]:
 
 def test_grading_off_the_main_thread_is_bounded():
     # math-verify's timeouts use SIGALRM, main thread only; an env stepped in a thread (the remote server's session
-    # executors) used to grade "9^{9^{9^{9}}}" with no limit at all, for ever
+    # executors) must still not grade "9^{9^{9^{9}}}" for ever
     start = time.monotonic()
     assert _graded_in_a_thread("9^{9^{9^{9}}}", "5") == [False]
     assert time.monotonic() - start < 60
@@ -121,8 +121,8 @@ def test_normalise_drops_spaces_dollars_thin_spaces_a_final_full_stop_and_case()
 
 
 def test_answers_equal_as_normalised_text_win_where_math_verify_alone_says_no():
-    # math-verify rejects each pair on its own (a trailing full stop after a fraction); the normalised comparison
-    # before it accepts them ("1E3" against "1e3" was one more, until the exponent rewrite made both 1000)
+    # math-verify rejects each pair of the loop on its own (a trailing full stop after a fraction); the normalised
+    # comparison before it accepts them ("1E3" against "1e3" both accept: the exponent rewrite makes each 1000)
     assert grading._verify("1E3", "1e3") and is_correct("1E3", "1e3")
     for prediction, reference in [("5/14.", "5/14"), ("-1/2.", "-1/2")]:
         assert not grading._verify(prediction, reference)

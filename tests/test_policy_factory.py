@@ -59,7 +59,7 @@ def test_a_new_policy_kind_is_one_registration(monkeypatch):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA's vLLM kernels take head size 16")
 def test_a_model_vllm_cannot_run_on_cpu_is_refused_before_the_engine_starts():
-    # the tiny model (head size 16) used to start vLLM, then fail at the first generate with its kernel's message
+    # the tiny model (head size 16): refused before vLLM starts, not at the first generate with its kernel's message
     with pytest.raises(PolicyNameError, match=r"head size 16 .*--backend hf") as err:
         make_policy("tiny", "vllm")
     assert "\n" not in str(err.value)

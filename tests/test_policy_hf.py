@@ -174,8 +174,8 @@ def test_building_the_models_in_an_empty_cache_draws_no_progress_bars(tmp_path):
 
 
 def test_request_seeds_never_repeat_across_a_rollouts_turns():
-    """The rollout samples turn t with seed + t and a batched backend seeds request i from that: `seed + i` gave
-    turn t's request i + 1 the very stream of turn t + 1's request i."""
+    """The rollout samples turn t with seed + t and a batched backend seeds request i from that: `seed + i` would
+    give turn t's request i + 1 the very stream of turn t + 1's request i."""
     from eppo_train.policy.base import request_seed
 
     seeds = [request_seed(1000 + turn, i) for turn in range(10) for i in range(200)]

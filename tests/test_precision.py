@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from eppo_train.config import ConfigError, load_config, validate
-from eppo_train.learner import autocast
+from eppo_train.learner.learner import autocast
 from eppo_train.policy import precision
 from eppo_train.policy.models import load_model
 
@@ -58,7 +58,7 @@ def test_config_accepts_auto_and_rejects_unknown():
 def test_fp32_head_projects_in_float32_under_bf16_autocast():
     """`learner.fp32_head`: the vocab projection of bf16 autocast in float32, so log-probs differ from the float32
     model's only by what the blocks below rounded; in bf16 the head alone moves them by hundredths of a nat."""
-    from eppo_train.learner import hidden_logprobs_entropy
+    from eppo_train.learner.learner import hidden_logprobs_entropy
 
     model = load_model("tiny")
     torch.manual_seed(0)

@@ -6,8 +6,8 @@ import io
 import threading
 import time
 
-from eppo_train.progress import Progress
-from eppo_train.ticks import EVALUATION_AGENT, RolloutTick
+from eppo_train.report.progress import Progress
+from eppo_train.report.ticks import EVALUATION_AGENT, RolloutTick
 
 
 def _lines(stream: io.StringIO) -> list[str]:
@@ -46,7 +46,7 @@ def test_the_evaluation_agent_is_named_for_these_lines_and_decodes_greedily():
     from types import SimpleNamespace
 
     from eppo_train.config import load_config
-    from eppo_train.fixed_eval import evaluation_agent, greedy_params
+    from eppo_train.eval.fixed_set import evaluation_agent, greedy_params
 
     cfg = load_config("tiny")
     agent = evaluation_agent(cfg, SimpleNamespace(tokenizer=None))
@@ -57,12 +57,12 @@ def test_the_evaluation_agent_is_named_for_these_lines_and_decodes_greedily():
 
 
 def test_the_rl_eta_leaves_out_the_trainers_start_up(tmp_path, monkeypatch):
-    # the watcher's clock started before Ray, the engine and the model: a tiny run's first line said "stage ETA 44s"
-    # for 2 iterations of 1 s each. Now: the first iteration's own time, then the time between iterations.
+    # the first iteration's own time, then the time between iterations: not the trainer's start-up (Ray, the engine,
+    # the model), which would put a tiny run's first line at "stage ETA 44s" for 2 iterations of 1 s each
     import json
 
-    from eppo_train import progress as progress_module
-    from eppo_train.progress import RLWatcher
+    from eppo_train.report import progress as progress_module
+    from eppo_train.report.progress import RLWatcher
 
     clock = [100.0]
     monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])
@@ -85,7 +85,7 @@ def test_the_rl_eta_leaves_out_the_trainers_start_up(tmp_path, monkeypatch):
 
 
 def test_the_sft_eta_leaves_out_the_demos(monkeypatch):
-    from eppo_train import progress as progress_module
+    from eppo_train.report import progress as progress_module
 
     clock = [0.0]
     monkeypatch.setattr(progress_module.time, "perf_counter", lambda: clock[0])

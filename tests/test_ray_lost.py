@@ -1,8 +1,8 @@
 """Ray's own processes killed under a run (`kill -9` of the GCS or the raylet): the command stops within seconds with
 one line and the resume command, exit 1, its last checkpoint whole, and none of its processes left.
 
-Before eppo_train/gcs_watch.py a dead GCS went unnoticed for 60 s, then Ray ended the driver with `_Exit(1)` and no
-line at all (measured 2026-12-06: 60.4 s)."""
+Without eppo_train/runtime/gcs_watch.py a dead GCS goes unnoticed for 60 s, then Ray ends the driver with `_Exit(1)`
+and no line at all."""
 
 from __future__ import annotations
 
@@ -20,19 +20,19 @@ import psutil
 import pytest
 from test_interrupt import HUNG_S, Command, _survivors
 
-from eppo_train import interrupt
 from eppo_train.config import load_run_config
+from eppo_train.runtime import interrupt
 from eppo_train.trainer import check_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-# A deadline, not a speed check: measured 6-10 s after a GCS kill at a load of 4-5 on 2 cores; Ray's own exit
-# came at 60 s.
+# A deadline, not a speed check: the stop comes 6-10 s after a GCS kill at a load of 4-5 on 2 cores; Ray's own exit
+# comes at 60 s.
 STOPPED_S = 30.0
 
 OWNER = textwrap.dedent("""
     import socket, threading, time
-    from eppo_train import gcs_watch
-    from eppo_train.interrupt import guard
+    from eppo_train.runtime import gcs_watch
+    from eppo_train.runtime.interrupt import guard
 
     server = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{server.getsockname()[1]}"

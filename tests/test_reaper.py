@@ -1,4 +1,4 @@
-"""The watchdog `guard()` starts (eppo_train/reaper.py), on real processes: SIGKILL a command and every process it
+"""The watchdog `guard()` starts (eppo_envs/tools/teardown/watchdog.py), on real processes: SIGKILL a command and every process it
 started is gone seconds later, however it was started (an env-less helper like Chromium's, a grandchild, a process
 in a session of its own that ignores SIGTERM, a fork without exec like a multiprocessing worker, a double-forked
 orphan); a normal exit leaves neither leftovers nor the watchdog; a reused pid is never signalled."""
@@ -17,18 +17,18 @@ from pathlib import Path
 import psutil
 from test_interrupt import Command, _alive
 
-from eppo_train import reaper
+from eppo_envs.tools.teardown import watchdog
 
 # A command: guard() like eppo-train's, then children of every kind, their pids on stdout, then it waits to be killed.
 OWNER = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from eppo_train import reaper
-    from eppo_train.interrupt import guard
+    from eppo_envs.tools.teardown import watchdog
+    from eppo_train.runtime.interrupt import guard
 
     PY = sys.executable
     with guard("owner", lambda: "rerun"):
-        reaper.ready(60)  # the watchdog has recorded the tree once: what is started from now on is new
-        pids = {"watchdog": reaper.watchdog_pid()}
+        watchdog.ready(60)  # the watchdog has recorded the tree once: what is started from now on is new
+        pids = {"watchdog": watchdog.watchdog_pid()}
         # no marker in its environment (Chromium starts its helpers with a filtered one): only the snapshots see it
         pids["env_less"] = subprocess.Popen(["sleep", "300"], env={}).pid
         nested = subprocess.Popen([PY, "-c", "import subprocess as s; p = s.Popen(['sleep', '300']); "
@@ -45,7 +45,7 @@ OWNER = textwrap.dedent("""
         # a double fork: orphaned (parent: init) before any snapshot can see it; found by the marker
         pids["orphan"] = int(subprocess.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"],
                                             capture_output=True, text=True).stdout)
-        time.sleep(2.5 * reaper.POLL_S)  # the watchdog has recorded the tree at least once
+        time.sleep(2.5 * watchdog.POLL_S)  # the watchdog has recorded the tree at least once
         print(json.dumps(pids), flush=True)
         if sys.argv[1:] == ["exit"]:
             sys.exit(0)  # a normal exit with all of them still running
@@ -88,11 +88,11 @@ def test_sigkill_ends_every_descendant(tmp_path: Path):
     assert procs["orphan"].ppid() != cmd.proc.pid  # really re-parented: no longer a descendant
     start = time.monotonic()
     try:
-        rc, _, survivors = cmd.interrupt(signal.SIGKILL, group=False, within=reaper.GRACE_S + 7)
+        rc, _, survivors = cmd.interrupt(signal.SIGKILL, group=False, within=watchdog.GRACE_S + 7)
         assert rc == -signal.SIGKILL
         assert not survivors, [(p.pid, p.name()) for p in survivors]
         assert not _left(procs), _left(procs)
-        assert time.monotonic() - start < reaper.GRACE_S + 7
+        assert time.monotonic() - start < watchdog.GRACE_S + 7
     finally:
         _kill(procs)
 
@@ -103,7 +103,7 @@ def test_a_normal_exit_ends_leftovers_and_the_watchdog(tmp_path: Path):
     procs = _started(cmd)
     try:
         assert cmd.proc.wait(timeout=30) == 0, cmd.err[-2000:]
-        deadline = time.monotonic() + reaper.GRACE_S + 7
+        deadline = time.monotonic() + watchdog.GRACE_S + 7
         while (left := _left(procs)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not left, left  # the watchdog among them: it exits once it has swept
@@ -116,23 +116,23 @@ def test_a_reused_pid_is_not_signalled():
     try:
         created = psutil.Process(sleeper.pid).create_time()
         # the same pid recorded with another create time: what a pid reused by an unrelated process looks like
-        assert not reaper.signal_if_same(sleeper.pid, created - 1.0, signal.SIGKILL)
+        assert not watchdog.signal_if_same(sleeper.pid, created - 1.0, signal.SIGKILL)
         time.sleep(0.2)
         assert sleeper.poll() is None
-        assert reaper.signal_if_same(sleeper.pid, created, signal.SIGKILL)
+        assert watchdog.signal_if_same(sleeper.pid, created, signal.SIGKILL)
         assert sleeper.wait(timeout=10) == -signal.SIGKILL
-        assert not reaper.signal_if_same(sleeper.pid, created, signal.SIGKILL)  # gone (a zombie, then reaped)
+        assert not watchdog.signal_if_same(sleeper.pid, created, signal.SIGKILL)  # gone (a zombie, then reaped)
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
 def test_the_watchdog_starts_once_per_process_in_a_session_of_its_own():
-    first = reaper.start()  # this test process's own (guard() in test_cli.py starts it too)
-    assert first is not None and reaper.start() == first == reaper.watchdog_pid()
+    first = watchdog.start()  # this test process's own (guard() in test_cli.py starts it too)
+    assert first is not None and watchdog.start() == first == watchdog.watchdog_pid()
     assert psutil.Process(first).ppid() == os.getpid() and os.getsid(first) == first
-    assert reaper.TAG_ENV in os.environ  # what this process starts from now on carries its marker
-    assert reaper.ready(60) and reaper.ready(0)
+    assert watchdog.TAG_ENV in os.environ  # what this process starts from now on carries its marker
+    assert watchdog.ready(60) and watchdog.ready(0)
 
 
 def test_orphaned_shared_memory_is_removed_and_held_memory_kept():
@@ -154,14 +154,14 @@ def test_orphaned_shared_memory_is_removed_and_held_memory_kept():
     orphan = child.stdout.readline().strip()
     held = shared_memory.SharedMemory(create=True, size=4096)  # this (live) process holds it
     try:
-        removed = reaper.unlink_orphaned_shm(since)  # both are held while the child lives
+        removed = watchdog.unlink_orphaned_shm(since)  # both are held while the child lives
         assert orphan not in removed and held.name not in removed
         child.kill()
         child.wait()
         assert Path("/dev/shm", orphan).exists()
-        assert reaper.unlink_orphaned_shm(time.time() + 60) == []  # nothing created before `since` is touched
+        assert watchdog.unlink_orphaned_shm(time.time() + 60) == []  # nothing created before `since` is touched
         assert Path("/dev/shm", orphan).exists()
-        removed = reaper.unlink_orphaned_shm(since)
+        removed = watchdog.unlink_orphaned_shm(since)
         assert orphan in removed and held.name not in removed
         assert not Path("/dev/shm", orphan).exists() and Path("/dev/shm", held.name).exists()
     finally:
@@ -176,13 +176,13 @@ TEMP_OWNER = textwrap.dedent("""
     import json, time
     from contextlib import ExitStack
     import torch
-    from eppo_train import reaper
-    from eppo_train.actors import _node_local
-    from eppo_train.interrupt import guard
+    from eppo_envs.tools.teardown import watchdog
+    from eppo_train.learner.workers import _node_local
+    from eppo_train.runtime.interrupt import guard
     from eppo_train.policy.vllm import weights_file
 
     with guard("owner", lambda: "rerun"), ExitStack() as stack:
-        reaper.ready(60)
+        watchdog.ready(60)
         paths = [stack.enter_context(_node_local({"model.safetensors": b"x" * 1000}, "eppo-learner-model-")),
                  stack.enter_context(weights_file({"w": torch.zeros(1000)}))]
         print(json.dumps(paths), flush=True)
@@ -193,7 +193,7 @@ TEMP_OWNER = textwrap.dedent("""
 def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
     """A model copy in /tmp (per Ray actor, as big as the model) and the learner's weights in /dev/shm (in RAM) are
     removed by their makers' `finally`, which a SIGKILL (the OOM killer, `ray.kill` of an actor still loading) never
-    runs: three 3.4 MB copies of a model were left in /tmp by interrupted runs on this machine in one hour."""
+    runs: the command's watchdog removes them then."""
     import tempfile
 
     (tmp_path / "owner.py").write_text(TEMP_OWNER)
@@ -206,7 +206,7 @@ def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
         assert paths[1].startswith("/dev/shm/")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + reaper.GRACE_S + 7
+        deadline = time.monotonic() + watchdog.GRACE_S + 7
         while time.monotonic() < deadline and any(Path(p).exists() for p in paths):
             time.sleep(0.1)
         assert [p for p in paths if Path(p).exists()] == []
@@ -222,16 +222,16 @@ def test_temp_files_of_a_killed_command_are_removed(tmp_path: Path):
 
 def test_the_engine_socket_folder_fits_an_ipc_path(tmp_path, monkeypatch):
     """vLLM names its sockets "<folder>/<uuid4>" and ZeroMQ takes at most 107 bytes: under a long TMPDIR (pytest's
-    tmp_path) with a watchdog's marker in the name, the engine did not start ("longer than 107 characters")."""
+    tmp_path) with a watchdog's marker in the name, the engine would not start ("longer than 107 characters")."""
     import tempfile
 
-    from eppo_train import reaper
+    from eppo_envs.tools.teardown import watchdog
     from eppo_train.policy.vllm import IPC_FOLDER_MAX, socket_folder
 
     long_temp = tmp_path / ("x" * 60)
     long_temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long_temp))
-    monkeypatch.setenv(reaper.TAG_ENV, "0123456789abcdef")
+    monkeypatch.setenv(watchdog.TAG_ENV, "0123456789abcdef")
     folder = socket_folder()
     try:
         assert len(folder) <= IPC_FOLDER_MAX and len(f"ipc://{folder}/{'0' * 36}") - len("ipc://") <= 107
@@ -246,7 +246,7 @@ def test_the_engine_socket_folder_fits_an_ipc_path(tmp_path, monkeypatch):
 
 def test_an_owned_folder_in_tmp_is_removed_under_another_temp_folder(tmp_path, monkeypatch):
     """Under a long TMPDIR (pytest's tmp_path) the engine's socket folder, with vLLM's rendezvous file in it, is made
-    in /tmp (6e3d5b6); the watchdog looked in the temp folder only and left it behind when the engine was killed."""
+    in /tmp; the watchdog looks there too, so the folder goes when the engine is killed."""
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -254,7 +254,7 @@ def test_an_owned_folder_in_tmp_is_removed_under_another_temp_folder(tmp_path, m
     other = tempfile.mkdtemp(prefix="eppo-vllm-ipc-fedcba9876543210-", dir="/tmp")  # another command's
     (Path(owned) / "vllm_dist_0").write_bytes(b"x" * 2423)
     try:
-        assert reaper.remove_owned_temp("0123456789abcdef") == [os.path.basename(owned)]
+        assert watchdog.remove_owned_temp("0123456789abcdef") == [os.path.basename(owned)]
         assert not Path(owned).exists() and Path(other).exists()
     finally:
         import shutil

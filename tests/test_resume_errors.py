@@ -1,7 +1,6 @@
 """`eppo-train --resume` of a run whose checkpoint is damaged: one line that says which file and how to resume from an
-earlier checkpoint, exit 2, before Ray or a model starts. A truncated model.safetensors or learner.pt was a 50-line
-traceback from inside the learner actor (exit 1); a `latest` naming a checkpoint that is gone said "no checkpoint
-yet" beside two good ones."""
+earlier checkpoint, exit 2, before Ray or a model starts: not a 50-line traceback from inside the learner actor for a
+truncated model.safetensors or learner.pt, nor "no checkpoint yet" for a `latest` naming a checkpoint that is gone."""
 
 from __future__ import annotations
 
@@ -57,7 +56,7 @@ def test_a_damaged_checkpoint_is_one_line_naming_an_earlier_one(tmp_path: Path, 
 
 
 def test_a_resume_with_no_iterations_left_starts_nothing(tmp_path: Path, capsys):
-    # it started Ray, trained nothing, rewrote config.yaml with the smaller count and said "continuing at step 3 of 2"
+    # no Ray, no config.yaml rewritten with the smaller count, no "continuing at step 3 of 2"
     import ray
 
     run = _run(tmp_path)  # two iterations done

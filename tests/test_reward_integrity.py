@@ -18,7 +18,7 @@ def _play_past_the_cap(env_id: str, **kwargs) -> None:
     for _ in range(2):
         _, reward, terminated, truncated, info = env.step("no tool call")
     assert truncated and not terminated and not info["won"]
-    for _ in range(6):  # without the guard the expert went on and won on step 4 (ALFWorld) / 3-5 (guess)
+    for _ in range(6):  # without the guard the expert would go on and win on step 4 (ALFWorld) / 3-5 (guess)
         with pytest.raises(ResetNeeded, match=r"truncated.*call reset\(\)"):
             env.step(env.unwrapped.expert_action())
     env.reset(seed=0)  # a new episode steps again
@@ -54,7 +54,7 @@ def alfworld():
 def test_alfworld_reads_a_bare_command_only_from_a_reply_without_tags(alfworld):
     _, info = alfworld.reset(seed=0)
     target = [a for a in info["admissible_actions"] if a.startswith("go to ")][1]
-    # an unclosed tag, or another tool's, is not a command even when its last line is one (it was applied)
+    # an unclosed tag, or another tool's, is not a command even when its last line is one
     for reply in (f"<action>\n{target}", f"<think>x</think><action>\n{target}\n", f"<answer>\n{target}",
                   f"<search>x</search>\n{target}", f"</action>\n{target}"):
         obs, reward, terminated, _, info = alfworld.step(reply)
@@ -112,8 +112,9 @@ def test_webshop_scores_the_chosen_value_not_its_printable_label(frame_shop):
 
 
 def test_searchqa_user_answers_are_text_and_never_empty_once_normalised(tmp_path, caplog):
-    """A numeric golden answer crashed the answer step ('int' object has no attribute 'lower'); a golden answer
-    that normalises to "" ("The The") was won by '<answer>a</answer>', as by any article or punctuation."""
+    """A numeric golden answer is read as text (no 'int' object has no attribute 'lower' at the answer step); a
+    golden answer that normalises to "" ("The The") is dropped, else '<answer>a</answer>' would win it, as would any
+    article or punctuation."""
     import json
     import logging
 

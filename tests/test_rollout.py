@@ -7,10 +7,10 @@ import pytest
 
 import eppo_envs.example.guess_number  # noqa: F401  (registers example/GuessNumber-v0)
 from eppo_train.config import RolloutSection
-from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.agents import ExpertAgent, RandomAgent
 from eppo_train.policy.hf import HFPolicy
-from eppo_train.rollout import FULL, ContextMode, Problem, RolloutConfig, run_rollout
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.loop import FULL, ContextMode, Problem, RolloutConfig, run_rollout
 
 ENV = "example/GuessNumber-v0"
 
@@ -130,7 +130,7 @@ def test_episodes_and_samples_carry_the_label_they_are_given(policy, pool):
 def test_a_task_with_its_own_reply_budget_gets_exactly_that_budget(policy, pool):
     """`env.tasks[].max_new_tokens`: replies of that task stop at its budget, the other task's at the rollout's."""
     from eppo_train.config import ConfigError, from_dict
-    from eppo_train.tasks import prepare_tasks, rollout_config
+    from eppo_train.rollout.task_slots import prepare_tasks, rollout_config
 
     cfg = from_dict({"env": {"tasks": [{"id": ENV, "name": "short", "max_new_tokens": 3}, {"id": ENV, "name": "long"}]},
                      "rollout": {"max_new_tokens": 12, "max_turns": 2, "group_size": 2, "progress": False}})

@@ -8,9 +8,10 @@ import time
 import pytest
 
 import eppo_envs.example.guess_number  # noqa: F401
-from eppo_train.envpool import EnvJob, LocalEnvPool, RayEnvPool, init_ray
 from eppo_train.policy.agents import RandomAgent
-from eppo_train.rollout import Problem, RolloutConfig, run_rollout
+from eppo_train.rollout.env_pool import EnvJob, LocalEnvPool, RayEnvPool
+from eppo_train.rollout.loop import Problem, RolloutConfig, run_rollout
+from eppo_train.runtime.ray_cluster import init_ray
 
 ray = pytest.importorskip("ray")
 ENV = "example/GuessNumber-v0"
@@ -67,7 +68,7 @@ def test_ray_pool_matches_local_and_survives_a_killed_worker(ray_session):
 
 
 def test_eval_numbers_do_not_depend_on_the_worker_count(ray_session, tmp_path):
-    from eppo_train.eval import main
+    from eppo_train.eval.cli import main
 
     reports = []
     for workers in ("0", "2"):
@@ -91,8 +92,8 @@ def test_a_resource_no_node_offers_fails_in_one_line(ray_session):
 
 
 def test_a_local_ray_offers_the_custom_resources_a_cluster_config_asks_for():
-    from eppo_train.actors import local_resources
     from eppo_train.config import load_config
+    from eppo_train.learner.workers import local_resources
 
     cfg = load_config("tiny", ["env.num_workers=3", "ray.resources_per_worker={env: 1}",
                                "ray.generator_resources={gpu_node: 1}", "ray.learner_resources={gpu_node: 0.5}"])
@@ -104,10 +105,10 @@ def test_a_dead_actor_is_one_line_naming_it(ray_session):
     """The generator or the learner actor killed under a run (OOM, `kill -9`, its node gone): the call that meets it
     raises `WorkerLost`, one line naming which actor, not Ray's multi-line ActorDiedError (eppo-train prints it
     with the resume hint, exit 1)."""
-    from eppo_train.actors import RayWorkers
     from eppo_train.config import load_config
-    from eppo_train.interrupt import WorkerLost
+    from eppo_train.learner.workers import RayWorkers
     from eppo_train.policy.base import SamplingParams
+    from eppo_train.runtime.interrupt import WorkerLost
 
     workers = RayWorkers(load_config("tiny", ["ray.actor_cpus=0.5", "ray.torch_threads=1"]))
     try:
@@ -133,7 +134,7 @@ def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
     try:
         pool.reset([EnvJob(0, ENV, "test", 5)])
         _kill(pool.workers[0])
-        from eppo_train.interrupt import WorkerLost
+        from eppo_train.runtime.interrupt import WorkerLost
 
         with pytest.raises(WorkerLost, match=r"^the env worker 0, replaced 0 times, died \(") as err:
             pool.step([0], ["<answer>50</answer>"])
@@ -144,8 +145,8 @@ def test_an_env_worker_that_keeps_dying_is_one_line(ray_session):
 
 def test_an_env_worker_killed_by_a_signal_is_one_warning_line_and_no_ray_report(ray_session, capfd):
     """`kill -9` (or the OOM killer) on an env worker: the rollout goes on (replayed), and the user reads one line
-    saying so. Ray's raylet published its own report of the death, which its driver printed on stdout a second or
-    so later, whatever the command was printing then: a paragraph of lease and worker ids and an OOM how-to (or,
+    saying so. Ray's raylet publishes its own report of the death, which its driver would print on stdout a second
+    or so later, whatever the command is printing then: a paragraph of lease and worker ids and an OOM how-to (or,
     for a dead raylet, its last 20 log lines), after eppo-train's one-line error as often as before it."""
     import os
     import signal
@@ -175,9 +176,9 @@ def test_an_env_worker_killed_by_a_signal_is_one_warning_line_and_no_ray_report(
 @pytest.mark.parametrize("failure", ["no node in time", "dies too"])
 def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypatch, failure):
     """Replacing a dead env worker can fail: no node hosts the new one in time, or it dies too (its node, or the
-    raylet, is gone). These were a RuntimeError and Ray's ActorDiedError, not `WorkerLost`: eppo-train printed
-    tracebacks instead of its one line with the resume hint."""
-    from eppo_train.interrupt import WorkerLost
+    raylet, is gone). Either is `WorkerLost` (not a RuntimeError or Ray's ActorDiedError), so eppo-train prints its
+    one line with the resume hint, not a traceback."""
+    from eppo_train.runtime.interrupt import WorkerLost
 
     pool = RayEnvPool(1)
     try:
@@ -206,7 +207,7 @@ def test_an_env_worker_whose_replacement_fails_is_one_line(ray_session, monkeypa
 def test_an_env_worker_lost_with_the_last_node_is_one_line_at_once(ray_session, monkeypatch):
     """A local Ray's raylet killed: the replacement can never be placed. eppo-eval (no generator actor to fail
     first) waited the whole respawn_timeout_s (300 s), then blamed the worker's resources."""
-    from eppo_train.interrupt import WorkerLost
+    from eppo_train.runtime.interrupt import WorkerLost
 
     pool = RayEnvPool(1, respawn_timeout_s=60.0)
     try:

@@ -307,9 +307,9 @@ def test_session_leaves_nothing_running(box):
 
 def test_bubblewrap_carries_the_watchdogs_marker_and_the_snippet_does_not(box, monkeypatch):
     # an owner killed while bwrap starts can leave the sandbox's pid 1 waiting forever; the owner's watchdog
-    # (eppo_train.reaper) finds what it must end by this marker in a process's environment
+    # (eppo_envs.tools.teardown.watchdog) finds what it must end by this marker in a process's environment
     from eppo_envs.tools.sandbox.backends import OWNER_TAG_ENV
-    from eppo_train.reaper import TAG_ENV
+    from eppo_envs.tools.teardown.watchdog import TAG_ENV
 
     assert OWNER_TAG_ENV == TAG_ENV
     monkeypatch.setenv(TAG_ENV, "eppo-test-marker")

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from eppo_train.config import load_config
-from eppo_train.envpool import LocalEnvPool
 from eppo_train.policy.models import load_model, load_tokenizer
-from eppo_train.tasks import prepare_tasks
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.task_slots import prepare_tasks
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_demos_mask_exactly_the_expert_replies(demos):
 
 
 def test_loss_counts_only_model_tokens(demos):
-    from eppo_train.records import Sample
+    from eppo_train.core.records import Sample
     from eppo_train.sft import mean_nll
 
     _, tok, samples, _ = demos
@@ -82,10 +82,10 @@ def test_sft_cli_writes_a_loadable_model(tmp_path: Path):
 
 
 def test_sft_cli_tells_an_interrupt_where_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # a Ctrl-C during `eppo-train sft` said "interrupted at start-up" at any step
+    # a Ctrl-C during `eppo-train sft` names the step, not "interrupted at start-up" at any step
     import eppo_train.sft
-    from eppo_train import interrupt
     from eppo_train.cli import main
+    from eppo_train.runtime import interrupt
 
     seen = []
 
@@ -117,6 +117,10 @@ def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
     assert list(state["done"]) == ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
     assert (run / "rl" / "metrics.jsonl").read_text().count("\n") == 1
     assert all((run / "evals" / f"{k}.json").exists() for k in ("base", "sft", "rl"))
+    # the memory account: each stage's peak RSS per process, in pipeline.json and summary.md (report/memory.py)
+    assert all(stage["memory"]["driver"] > 0.1 and stage["memory"]["total"] >= stage["memory"]["driver"]
+               for stage in state["done"].values())
+    assert "## Memory" in summary and "| eval_base |" in summary and "| rl |" in summary
     # SFT teaches the answer format: the easy task is won after it (and the random model never writes it)
     assert state["done"]["eval_sft"]["tasks"]["guess_small"]["success"] > state["done"]["eval_base"]["tasks"][
         "guess_small"]["success"]
@@ -152,7 +156,7 @@ def test_pipeline_resumes_after_the_last_finished_stage(tmp_path: Path):
 def test_make_train_pipeline_end_to_end_on_vllm(tmp_path: Path):
     """The `make train` pipeline config, shrunk (1 problem per task, 4 evaluation episodes, 4 SFT steps, 2 RL
     iterations), on the embedded default model with the vLLM engine for evaluation and RL rollouts.
-    Measured 2026-12-01 on the loaded 2-core machine (load ~13): 35 min, most of it four engine starts."""
+    On the loaded 2-core machine (load ~13) it takes ~35 min, most of it four engine starts."""
     from eppo_train.cli import main
 
     run = tmp_path / "run"
@@ -190,12 +194,12 @@ def test_demos_count_the_expert_replies_a_reply_budget_would_cut(budget, over):
 
 def test_sft_tells_a_wrong_model_before_the_tasks_are_set_up(tmp_path, capsys, monkeypatch):
     # `eppo-train sft --model runs/nothere` set up the tasks and played expert demos (~8 s) before the model's error
-    import eppo_train.tasks
+    import eppo_train.rollout.task_slots
     from eppo_train.cli import main
 
     def too_early(cfg):
         raise AssertionError("the tasks were set up before the model was checked")
 
-    monkeypatch.setattr(eppo_train.tasks, "prepare_tasks", too_early)
+    monkeypatch.setattr(eppo_train.rollout.task_slots, "prepare_tasks", too_early)
     assert main(["sft", "--model", str(tmp_path / "nothere"), "--out", str(tmp_path / "m")]) == 2
     assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")

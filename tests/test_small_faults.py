@@ -40,9 +40,10 @@ def test_webshop_play_shows_bracketed_actions():
     assert "click[back to search]" in listed[1] and "click[next >]" in listed[1], listed[1]
 
 
-def test_readme_alfworld_validation_count_matches_the_env():
-    readme = (ROOT / "README.md").read_text()
-    counts = {int(n) for n in re.findall(r"100% of (\d+) `valid_(?:un)?seen`", readme)}
+def test_bench_doc_alfworld_validation_count_matches_the_env():
+    # the expert's validation sweep ("Other figures measured while building") moved from the README to docs/bench.md
+    bench = (ROOT / "docs" / "bench.md").read_text()
+    counts = {int(n) for n in re.findall(r"100% of (\d+) `valid_(?:un)?seen`", bench)}
     env = eppo_envs.make("eppo/ALFWorld-v0")
     assert counts == {env.unwrapped.num_instances("valid_seen")} == {env.unwrapped.num_instances("valid_unseen")}
 
@@ -148,7 +149,7 @@ def test_a_ray_address_where_no_ray_answers_is_one_line_at_once(tmp_path, capsys
 def test_the_ray_address_probe_lets_a_real_gcs_through():
     import ray
 
-    from eppo_train.envpool import _check_reachable
+    from eppo_train.runtime.ray_cluster import _check_reachable
 
     started = not ray.is_initialized()
     if started:
@@ -162,10 +163,10 @@ def test_the_ray_address_probe_lets_a_real_gcs_through():
 
 def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
     """A Ray actor that dies under `eppo-train` (killed, out of memory, its node gone) stops the run with one line
-    that names it and how to resume, exit 1; before this it was Ray's 30-line ActorDiedError traceback."""
+    that names it and how to resume, exit 1, not Ray's 30-line ActorDiedError traceback."""
     from eppo_train import trainer
     from eppo_train.cli import main
-    from eppo_train.interrupt import WorkerLost
+    from eppo_train.runtime.interrupt import WorkerLost
 
     def dies(cfg, resume=False):
         (cfg.run_dir / "checkpoints" / "step_000001").mkdir(parents=True)
@@ -182,8 +183,8 @@ def test_an_actor_lost_mid_run_is_one_line_with_the_resume_hint(tmp_path, monkey
 
 
 def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys):
-    # `eppo-train --ray-address auto` with no cluster running was a 29-line ConnectionError traceback. ray.init is
-    # replaced: a real "auto" would join any local Ray another test or user has running on this machine.
+    # `eppo-train --ray-address auto` with no cluster running: one line, not a 29-line ConnectionError traceback.
+    # ray.init is replaced: a real "auto" would join any local Ray another test or user has running on this machine.
     import ray
 
     from eppo_train.cli import main
@@ -210,15 +211,15 @@ def test_a_ray_address_with_no_cluster_is_one_line(tmp_path, monkeypatch, capsys
 
 @pytest.mark.parametrize("when", ["between calls", "during a call"])
 def test_a_dead_engine_process_is_worker_lost(when):
-    """The CPU vLLM engine runs in a child (policy/hosted.py). Killed between two calls, the next call's send was a
-    BrokenPipeError traceback; killed during one, an error eppo-train did not catch. Both are now `WorkerLost`: one
-    line with the exit code (eppo-train adds the resume hint, exit 1)."""
+    """The CPU vLLM engine runs in a child (policy/hosted.py). Killed between two calls (the next call's send:
+    BrokenPipeError) or during one, it is `WorkerLost`: one line with the exit code (eppo-train adds the resume hint,
+    exit 1)."""
     import multiprocessing
     import os
 
-    from eppo_train.interrupt import WorkerLost
     from eppo_train.policy.base import SamplingParams
     from eppo_train.policy.hosted import HostedVLLMPolicy
+    from eppo_train.runtime.interrupt import WorkerLost
 
     ours, theirs = multiprocessing.Pipe()
     context = multiprocessing.get_context("fork")

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from eppo_train.stats import (
+from eppo_train.core.stats import (
     Z95,
     bootstrap_mean,
     paired_bootstrap_diff,
@@ -19,7 +19,7 @@ from eppo_train.stats import (
 
 
 def test_wilson_holds_its_own_rate_at_every_count():
-    # 4 of 4 gave (0.51, 0.9999999999999999): an interval that excludes the observed rate
+    # unclamped, 4 of 4 gives (0.51, 0.9999999999999999): an interval that excludes the observed rate
     for n in range(1, 130):
         for k in range(n + 1):
             lo, hi = wilson(k, n)
@@ -107,7 +107,7 @@ def test_t_interval_over_three_seeds_by_hand():
 
 
 def test_an_interval_below_zero_excludes_it_too():
-    from eppo_train.stats import Interval
+    from eppo_train.core.stats import Interval
 
     assert Interval(-0.3, -0.5, -0.1).excludes_zero() and Interval(0.3, 0.1, 0.5).excludes_zero()
     assert not Interval(0.0, -0.1, 0.1).excludes_zero()
@@ -120,7 +120,7 @@ def test_stratified_mean_leaves_an_empty_task_out():
 
 def test_episode_stats_by_hand():
     from eppo_envs.core.record import Episode, Turn
-    from eppo_train.stats import episode_stats
+    from eppo_train.core.stats import episode_stats
 
     def episode(rewards, valid, won, truncated, tokens):
         turns = [Turn("x", "y", r, v, {"response_tokens": n}) for r, v, n in zip(rewards, valid, tokens, strict=True)]

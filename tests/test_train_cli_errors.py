@@ -29,7 +29,7 @@ def test_a_bare_eppo_train_runs_the_default_config(tmp_path: Path, capsys):
 
 
 def test_resume_with_a_config_is_refused_not_ignored(tmp_path: Path, capsys):
-    # the run went on with its saved config and the named one was silently dropped
+    # refused: the run would go on with its saved config and the named one be silently dropped
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("run: {}\n")
     assert main(["--resume", str(tmp_path / "run"), "--config", "tiny"]) == 2
@@ -66,9 +66,9 @@ def test_an_example_task_without_its_import_names_the_module(tmp_path: Path):
 
 
 def test_a_missing_model_is_one_line_before_ray_starts(tmp_path: Path, capsys, monkeypatch):
-    # with sft.steps=0 the model was first checked in the trainer, after ray.init and the env workers: Ray's
-    # "Started a local Ray instance" before the line and its "Failed to register actor" log after it
-    import eppo_train.envpool as envpool
+    # with sft.steps=0 too, checked before ray.init and the env workers: no Ray "Started a local Ray instance"
+    # before the line, nor its "Failed to register actor" log after it
+    import eppo_train.rollout.env_pool as envpool
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray started before the model was checked")

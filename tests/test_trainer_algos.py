@@ -3,7 +3,7 @@
 import pytest
 
 from eppo_train.cli import main
-from eppo_train.metrics import read_metrics
+from eppo_train.report.metrics import read_metrics
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ import pytest
 
 from eppo_train.cli import main
 from eppo_train.config import load_config
-from eppo_train.fixed_eval import evaluate_set
-from eppo_train.metrics import read_metrics
+from eppo_train.eval.fixed_set import evaluate_set
 from eppo_train.policy.factory import PolicyOptions, make_policy
-from eppo_train.tasks import prepare_tasks
+from eppo_train.report.metrics import read_metrics
+from eppo_train.rollout.task_slots import prepare_tasks
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_the_evaluation_curve_is_plotted(evaluated_run):
 def test_the_evaluation_curve_draws_each_task_with_its_interval_and_the_mean(evaluated_run, monkeypatch):
     from matplotlib.container import ErrorbarContainer
 
-    from eppo_train import plots
+    from eppo_train.report import plots
 
     drawn = {}
     save = plots._save
@@ -106,14 +106,14 @@ def test_an_evaluation_reports_each_tasks_success_interval_and_reward(tmp_path, 
     # on a task whose reward is not its success (the tiny run's rewards are 0 or 1): what goes where in the metrics
     from types import SimpleNamespace
 
-    from eppo_train import fixed_eval
+    from eppo_train.eval import fixed_set
     from eppo_train.trainer import Trainer
 
     report = {"model": "m", "episodes_per_task": 4, "seconds": 2.0, "tasks": {
         "a": {"success": 0.5, "success_ci95": [0.15, 0.85], "mean_reward": 0.25},
         "b": {"success": 1.0, "success_ci95": [0.51, 1.0], "mean_reward": 0.75}}}
-    monkeypatch.setattr(fixed_eval, "evaluation_agent", lambda cfg, policy: "agent")
-    monkeypatch.setattr(fixed_eval, "evaluate_set", lambda cfg, slots, agent, name: report)
+    monkeypatch.setattr(fixed_set, "evaluation_agent", lambda cfg, policy: "agent")
+    monkeypatch.setattr(fixed_set, "evaluate_set", lambda cfg, slots, agent, name: report)
     trainer = SimpleNamespace(cfg=SimpleNamespace(evaluation=SimpleNamespace(episodes=4)), slots=[],
                               run_dir=tmp_path / "run")
     assert Trainer._evaluate(trainer, None, 5) == {"success": 0.75, "seconds": 2.0, "tasks": {

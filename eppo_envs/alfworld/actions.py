@@ -50,8 +50,8 @@ def read_command(text: str, admissible: list[str], tag: str = "action") -> Comma
         found = match(call.content, admissible)
         return Command(found or normalise(call.content), found is not None)
     body = strip_think(text).strip()
-    # Only a reply with no tag at all is read bare: "<action>\ngo to desk 1" never closed its tag, and its last
-    # line was taken as the command (an unclosed tag is invalid in every task).
+    # Only a reply with no tag at all is read bare: "<action>\ngo to desk 1" never closes its tag, and its last
+    # line must not pass as the command (an unclosed tag is invalid in every task).
     if not re.search(_ANY_TAG.format("|".join(map(re.escape, {*TOOL_TAGS, tag}))), body, re.IGNORECASE):
         lines = [line for line in body.splitlines() if line.strip()]
         for candidate in ([body] if body else []) + lines[-1:]:

@@ -154,7 +154,7 @@ class _Model:
     """The least model of the exploration rules, computed atom by atom: each new atom triggers the rules whose
     conditions it matches, joined with the atoms known so far, so every derivation is found when the last of its
     conditions arrives. Each (rule, triggering condition) is a compiled function of nested loops over hash indexes
-    (fast_downward's generic unifier and binary joins are what made its exploration slow)."""
+    (fast_downward's generic unifier and binary joins are what make its exploration slow)."""
 
     def __init__(self, rules: list[_Rule]) -> None:
         self.known: set[tuple[Any, tuple[str, ...]]] = set()

@@ -25,6 +25,7 @@ from typing import Any
 import fast_downward
 
 from eppo_envs.alfworld import grounding
+from eppo_envs.alfworld.sources import choose_source
 from eppo_envs.core.cache import cache_root
 
 CACHE_NAME = "alfworld/sas-v1"
@@ -152,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from multiprocessing import Pool
 
-    from eppo_envs.alfworld.sources import choose_source
 
     parser = argparse.ArgumentParser(description="Translate ALFWorld games into the disk cache ahead of time "
                                                  f"($EPPO_CACHE_DIR/{CACHE_NAME}, ~25 kB a game, ~0.3 s each).")

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from eppo_envs.searchqa.corpus import built_corpus
 from eppo_envs.tools.retriever import Document, Retriever, make_retriever
 
 
@@ -57,8 +58,6 @@ def measure(backend: str, docs: Sequence[Document], queries: Sequence[str], k: i
 
 def wordnet_workload() -> tuple[list[Document], list[str]]:
     """The WordNet gloss corpus's documents and its test questions."""
-    from eppo_envs.searchqa.corpus import built_corpus
-    from eppo_envs.searchqa.wordnet import build  # noqa: F401  (registers the corpus)
 
     corpus = built_corpus("wordnet")
     return corpus.documents(), [q.question for q in corpus.questions["test"]]

@@ -185,7 +185,7 @@ def _two_lists(r: random.Random, p: dict) -> tuple:
 
 
 # more tests than levels 1-3. Measured over every ordered pair of a level-4 family's problems with different bodies
-# (9,668 pairs), how many accepted the other problem's body: 8 with 6 tests, 1 with 10, 0 with 12 (e.g. `max(-x)` for
+# (9,668 pairs), how many accept the other problem's body: 8 with 6 tests, 1 with 10, 0 with 12 (e.g. `max(-x)` for
 # `max(abs(x))` on a list whose largest magnitude is negative); tests/test_code.py keeps it at 0
 LEVEL_4_TESTS = 12
 LEVEL_4: tuple[Family, ...] = (

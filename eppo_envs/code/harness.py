@@ -145,7 +145,7 @@ class _Remote:
 def _exception(name: object, message: object) -> Exception:
     """The candidate's exception, re-raised here as the builtin class of that name (tests may catch it). Never a
     StopIteration: raised inside the tests' `map`/`filter`/`zip` it would end their iteration early instead of
-    failing, so `assert all(map(candidate, xs))` passed for a solution that only raised it."""
+    failing, so `assert all(map(candidate, xs))` would pass for a solution that only raises it."""
     cls = getattr(builtins, name, None) if isinstance(name, str) else None
     text = str(message)[:600]
     if isinstance(cls, type) and issubclass(cls, Exception) and cls is not Exception \

@@ -120,7 +120,7 @@ def _items(v: object) -> list:
 def _unflooded(values: list) -> list:
     """`values`, checked before they become a set or dict's keys. Building either compares each member with every
     earlier one of the same hash, so members sharing one hash make it quadratic: 130k ints equal modulo 2**61 - 1
-    (one 4 MB reply) held the judging process for minutes, outside the solution's time limit. Distinct values
+    (one 4 MB reply) hold the judging process for minutes, outside the solution's time limit. Distinct values
     rarely share a hash (hash(-1) == hash(-2) is one case); a set that needs more than a few is hostile."""
     counts: dict[int, int] = {}
     for value in values:

@@ -37,11 +37,11 @@ class ToolCall:
 
 def clip(text: object) -> str:
     """Coerce whatever the caller passed into a bounded `str` (bytes are decoded, never raise). A NUL character
-    becomes U+FFFD, as an undecodable byte does: dropped, it joined its neighbours, so "Par\\x00is" won for "Paris"
-    and "1\\x002" for 12, which the original rewards (Search-R1's exact match, math-verify, HumanEval's exec) do not.
-    A lone surrogate ("\\ud800", what a JSON escape can decode to) becomes U+FFFD too: it cannot be encoded as UTF-8,
-    so it broke every transcript that held it (info's `answer`, `query`) and reached Code's sandbox as a host error;
-    a pair written as two escapes becomes the one character it encodes."""
+    becomes U+FFFD, as an undecodable byte does: dropped, it would join its neighbours, so "Par\\x00is" would win for
+    "Paris" and "1\\x002" for 12, which the original rewards (Search-R1's exact match, math-verify, HumanEval's exec)
+    do not. A lone surrogate ("\\ud800", what a JSON escape can decode to) becomes U+FFFD too: it cannot be encoded as
+    UTF-8, so it would break every transcript that holds it (info's `answer`, `query`) and reach Code's sandbox as a
+    host error; a pair written as two escapes becomes the one character it encodes."""
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
@@ -56,7 +56,7 @@ def _spans(marks: list[re.Match[str]]) -> list[tuple[re.Match[str], re.Match[str
     """Pair each opening mark with the first closing mark of its tag after it, left to right, as the regex
     `<(t)>(.*?)</\\1>` under `finditer` does: a matched pair resumes the scan after its close; an opening mark with
     no close after it pairs with None. Marks come from one `<(/?)(tags)>` scan, so this is linear in the text (the
-    regex itself scanned to the end from every unclosed tag: seconds on a reply of thousands of them)."""
+    regex itself scans to the end from every unclosed tag: seconds on a reply of thousands of them)."""
     closes: dict[str, list[int]] = {}  # tag -> positions (in `marks`) of its closing marks, ascending
     for i, m in enumerate(marks):
         if m.group(1):
@@ -126,7 +126,7 @@ def extract_code_block(text: object) -> str | None:
 
 def extract_boxed(text: object) -> str | None:
     """Content of the last `\\boxed{...}` with balanced braces, or None. Each brace is matched once, in one pass
-    (scanning from every `\\boxed{` to its end took 49 s on a reply of 9,000 unclosed ones)."""
+    (scanning from every `\\boxed{` to its end takes 49 s on a reply of 9,000 unclosed ones)."""
     body = strip_think(clip(text))
     closing: dict[int, int] = {}  # the position of each "{" -> that of its matching "}"
     opened: list[int] = []

@@ -1,6 +1,6 @@
 """A command whose reader went away (`eppo-envs list | head -1`) stops quietly, as `seq 1 100000 | head -1` does:
-Python raised BrokenPipeError at the print that found the pipe closed (a traceback), or at the interpreter's last
-flush of the buffered rest (exit status 1 and, at times, an "Exception ignored" line)."""
+left alone, Python raises BrokenPipeError at the print that finds the pipe closed (a traceback), or at the
+interpreter's last flush of the buffered rest (exit status 1 and, at times, an "Exception ignored" line)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def stdout_closed() -> int:
 
 def pipe_console(**kwargs: Any) -> Any:
     """A rich Console that leaves a closed pipe to the command: rich's own handling exits at once (status 1), past
-    the command's handlers, so `eppo-eval --json out.json | head -3` never wrote out.json. rich is imported here, not
-    at the top: `eppo-train` imports `stdout_closed` on a GPU machine's bare bundle, which has no rich."""
+    the command's handlers, so `eppo-eval --json out.json | head -3` would never write out.json. rich is imported
+    here, not at the top: `eppo-train` imports `stdout_closed` on a GPU machine's bare bundle, which has no rich."""
     from rich.console import Console
 
     class PipeConsole(Console):

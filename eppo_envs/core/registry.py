@@ -32,8 +32,8 @@ class EndOfEpisode(gym.Wrapper, RecordConstructorArgs):
     """Refuses a step once the episode has ended, truncated included, until `reset()`.
 
     A task refuses a step after it terminated (`AgentEnv.step`), but truncation is Gymnasium's `TimeLimit`, which
-    only flags it: a loop that ignored the flag played on, and a goal reached past the step cap came back as
-    reward 1 and `won` (ALFWorld with `max_episode_steps=2` won on step 4). Every `make` of a registered task wears
+    only flags it: a loop that ignores the flag plays on, and a goal reached past the step cap comes back as
+    reward 1 and `won` (ALFWorld with `max_episode_steps=2` wins on step 4). Every `make` of a registered task wears
     this wrapper outside the `TimeLimit`, so an episode past its cap raises `ResetNeeded` as a finished one does.
     """
 
@@ -80,7 +80,7 @@ def register(
 def import_tasks(module: str) -> Any:
     """Import a module that registers your own tasks (`--import mylab.tasks`, a config's `env.imports`), looking in
     the current folder too, as `python -m` does: a console script (`eppo-envs`, `eppo-eval`, `eppo-train`) starts
-    with its own bin folder on `sys.path`, so `mylab/` beside you was "No module named 'mylab'"."""
+    with its own bin folder on `sys.path`, so `mylab/` beside you would be "No module named 'mylab'"."""
     here = os.getcwd()
     if "" not in sys.path and here not in sys.path:
         sys.path.append(here)  # after the installed packages: a folder of yours never shadows one of them

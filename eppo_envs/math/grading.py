@@ -29,7 +29,7 @@ _JOINS = re.compile(r"[0-9a-z.]")  # characters a space between keeps apart (in 
 CHILD_DEADLINE_S = 20.0
 # latex2sympy reads a percent sign ("50\\%", "50%", "50 percent", "50 pct") as this factor, which math-verify then
 # reads two ways: as the number written against an integer ("50%" = 50) and as a hundredth of it against anything
-# else ("50%" = 1/2 = 0.5), so one reply won for two answers.
+# else ("50%" = 1/2 = 0.5), so one reply could win for two answers.
 _PERCENT = UnevaluatedExpr(Rational(1, 100))
 _NUMERAL_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
 # One number as a reply writes it, checked on the text because latex2sympy evaluates what it reads: it sums numbers
@@ -120,8 +120,8 @@ def is_correct(prediction: str, reference: str) -> bool:
     """True when `prediction` equals `reference` mathematically (or, failing a parse, as normalised text).
 
     Both comparisons read one value from the prediction: the text comparison only drops what cannot change a value,
-    and math-verify reads the prediction without the full stop that the text comparison ignores too (it read
-    "5/14." as 5). Otherwise one reply could win for two answers ("3 4" was 7 to math-verify and 34 as text)."""
+    and math-verify reads the prediction without the full stop that the text comparison ignores too (it reads
+    "5/14." as 5). Otherwise one reply could win for two answers ("3 4" would be 7 to math-verify and 34 as text)."""
     if not prediction.strip():
         return False
     if normalise(prediction) == normalise(reference):
@@ -131,7 +131,7 @@ def is_correct(prediction: str, reference: str) -> bool:
         return False
     if threading.current_thread() is threading.main_thread():
         return _verify(prediction, reference)
-    if multiprocessing.current_process().daemon:  # a daemonic worker may start no child: no limit, as before
+    if multiprocessing.current_process().daemon:  # a daemonic worker may start no child: graded without a limit
         return _verify(prediction, reference, timed=False)
     return _verify_in_child(prediction, reference)
 
@@ -139,7 +139,7 @@ def is_correct(prediction: str, reference: str) -> bool:
 def _percent_as_unit(value: object) -> object:
     """`value` with every percent sign read as a unit: "50%" is 50, against any reference. The questions ask for the
     number without units ("What percent of her spools are yellow? ... Do not include units.": 25), and one reading
-    gives a reply one value; math-verify's two made "50%" win for both 50 and 1/2."""
+    gives a reply one value; math-verify's two would make "50%" win for both 50 and 1/2."""
     if not isinstance(value, (Basic, MatrixBase)) or not value.has(_PERCENT):
         return value
     return value.replace(lambda e: isinstance(e, Mul) and _PERCENT in e.args,
@@ -194,8 +194,8 @@ def _is_answer(value: object) -> bool:
     """Whether `value` (one of math-verify's readings of a reply) answers with a number: the number itself or
     `x = number` (the unknown may be `e` or `I`, read as constants). An expression left to compute is no answer to
     a numeric question, though math-verify evaluates it: the question's own expression ("Calculate 80 * -30 - 52."
-    answered "80 * -30 - 52") won 59 of 60 basic_arithmetic problems, as could "\\sqrt{25}" or "|-5|" for 5. A text
-    reading stays (it equals only the same text)."""
+    answered "80 * -30 - 52") would win 59 of 60 basic_arithmetic problems, as could "\\sqrt{25}" or "|-5|" for 5. A
+    text reading stays (it equals only the same text)."""
     if isinstance(value, str):
         return True
     if isinstance(value, Eq):

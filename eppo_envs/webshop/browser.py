@@ -9,6 +9,7 @@ the session page. Server and browser stop on `close()`, on garbage collection an
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import tempfile
@@ -17,12 +18,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from eppo_envs.tools.owner import owned_prefix
+from eppo_envs.tools.teardown.browser_reaper import Reaper
+from eppo_envs.tools.teardown.owner import owned_prefix
 from eppo_envs.webshop.catalogue import Goal
 from eppo_envs.webshop.env import WebShopEnv
 from eppo_envs.webshop.html import FIND_BUTTON_JS, READ_PAGE_JS, page_from_dom
 from eppo_envs.webshop.pages import Command, Page, clean
-from eppo_envs.webshop.reaper import Reaper
 from eppo_envs.webshop.server import ShopServer
 from eppo_envs.webshop.world import ShopWorld
 
@@ -33,10 +34,26 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
 )
 COMMAND_TIMEOUT_S = 60  # no WebDriver call may hang longer than this
-# quit() of a browser that stopped answering: urllib3 retried it ~4 times at the command timeout (a frozen Chromium
-# held one step, and the rollout batch with it, for 313 s); past this, its processes are killed instead
+# quit() of a browser that stopped answering: urllib3 retries it ~4 times at the command timeout (a frozen Chromium
+# would hold one step, and the rollout batch with it, for ~5 min); past this, its processes are killed instead
 QUIT_TIMEOUT_S = 5
 PAGE_TIMEOUT_S = 20
+
+
+PR_CAPBSET_DROP, CAP_SYS_NICE = 24, 23  # <linux/prctl.h>, <linux/capability.h>
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it, between fork and exec
+except (OSError, AttributeError):  # no libc prctl (not Linux)
+    _prctl = None
+
+
+def _keep_priority() -> None:
+    """In chromedriver's process, before exec: drop CAP_SYS_NICE from the capability bounding set. Run as root,
+    Chromium raises its display threads to nice -8; without that capability it keeps the niceness it inherits, so a
+    niced run (a study beside other work, `nice make train`) stays niced. As another user it has no such right and
+    the call fails harmlessly."""
+    if _prctl is not None:
+        _prctl(PR_CAPBSET_DROP, CAP_SYS_NICE, 0, 0, 0)
 
 
 class BrowserError(RuntimeError):
@@ -109,7 +126,8 @@ class HeadlessChromium:
         options.add_argument(f"--user-data-dir={self.profile_dir}")
         env = {**self._reaper.env(), "TMPDIR": temp_dir}
         try:
-            driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=options)
+            service = Service(CHROMEDRIVER, env=env, popen_kw={"preexec_fn": _keep_priority})
+            driver = webdriver.Chrome(service=service, options=options)
         except Exception as exc:
             raise BrowserError(f"could not start headless Chromium: {_one_line(exc)}") from exc
         driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S

@@ -85,8 +85,8 @@ class ShopSession:
         self.kind, self.asin, self.options = "item", button.text, {}
 
     def _option(self, button: Element) -> None:
-        # The product's own value, not its printable label: the reward compares values as the original does, and
-        # a label's transliteration ("4\u00d76" shown as "4x6") scored the right option of WebShop's files as wrong.
+        # The product's own value, not its printable label: the reward compares values as the original does, and a
+        # label's transliteration ("4\u00d76" shown as "4x6") would score the right option of WebShop's files as wrong.
         values = self.product.options.get(button.group, [])
         self.options[button.group] = next((v for v in values if clean(v) == button.text), button.text)
 

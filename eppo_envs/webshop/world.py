@@ -14,6 +14,7 @@ from pathlib import Path
 from eppo_envs.core.cache import cached_dir
 from eppo_envs.tools.retriever import Document, Retriever, load_retriever, make_retriever
 from eppo_envs.webshop.catalogue import Catalogue, Product, generated_catalogue
+from eppo_envs.webshop.real_data import load_webshop_files
 
 SEARCH_RETURN_N = 50  # WebShop keeps the top 50 hits
 PAGE_SIZE = 10
@@ -78,7 +79,6 @@ def get_world(source: DataSource | None = None) -> ShopWorld:
     with _WORLDS_LOCK:
         if source not in _WORLDS:
             if source.items_path:
-                from eppo_envs.webshop.real_data import load_webshop_files
 
                 catalogue = load_webshop_files(source.items_path, source.attributes_path,
                                                source.human_instructions_path, seed=source.seed)

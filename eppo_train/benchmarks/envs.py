@@ -7,6 +7,8 @@ import time
 from importlib import import_module
 from pathlib import Path
 
+import eppo_envs
+from eppo_envs.benchmarks.experts import run_expert
 from eppo_train.benchmarks.common import (
     BenchContext,
     Figure,
@@ -24,7 +26,6 @@ TASK_PACKAGES = ("example.guess_number", "alfworld", "webshop", "searchqa", "mat
 
 def registered_envs() -> tuple[list[str], list[Figure]]:
     """Every registered env id, and a failure row for each built-in package that does not import."""
-    import eppo_envs
 
     problems: list[Figure] = []
     for package in TASK_PACKAGES:
@@ -42,7 +43,6 @@ def registered_envs() -> tuple[list[str], list[Figure]]:
 def cli_import(module: str) -> str:
     """`--import MODULE ` when a plain `eppo-envs` does not register the task (the examples), else nothing: the
     figure's command must rerun as written."""
-    import eppo_envs
 
     builtin = any(module == f"eppo_envs.{name}" or module.startswith(f"eppo_envs.{name}.")
                   for name in eppo_envs._BUILTIN_TASKS)
@@ -51,8 +51,6 @@ def cli_import(module: str) -> str:
 
 @section("envs", "env steps/s with the expert", "1-3 min")
 def bench_envs(ctx: BenchContext) -> list[Figure]:
-    import eppo_envs
-    from eppo_envs.benchmarks.experts import run_expert
 
     env_ids, rows = registered_envs()
     env_ids = [e for e in env_ids if ctx.wants_env(e)]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, note, section
+from eppo_train.config import load_config
+from eppo_train.core.records import Sample
 
 if TYPE_CHECKING:
     from eppo_train.config import Config
@@ -37,7 +39,6 @@ def shape_for(ctx: BenchContext) -> BatchShape:
 
 def synthetic_batch(shape: BatchShape, vocab: int, seed: int = 0) -> list:
     """Learner samples of the given shape; half the rows get advantage +1, half -1 (a GRPO group)."""
-    from eppo_train.records import Sample
 
     rng = random.Random(seed)
     out = []
@@ -51,7 +52,6 @@ def synthetic_batch(shape: BatchShape, vocab: int, seed: int = 0) -> list:
 
 
 def learner_config(model: str, overrides: tuple[str, ...]) -> Config:
-    from eppo_train.config import load_config
 
     return load_config("default", (f"model.name={model}", "run.seed=0", *overrides))
 
@@ -67,15 +67,15 @@ def measure_learner(model: str, shape: BatchShape, overrides: tuple[str, ...], r
     """Tokens (prompt + completion, every row) per second of `Learner.train_step`, one value per repetition.
 
     The first step is run untimed (allocator and optimizer-state warm-up), as TRL's is in trl_ref.py. A progress
-    line (under `section`, naming `label`) at the load and after every step: on the default model a section is
-    minutes that printed nothing until its figures.
+    line (under `section`, naming `label`) at the load and after every step: on the default model a section takes
+    minutes, which would otherwise print nothing until its figures.
     """
     key = (model, shape, overrides, reps)
     if key in _cache:
         return _cache[key]
     import time
 
-    from eppo_train.learner import Learner
+    from eppo_train.learner.learner import Learner
 
     what = f"{model}, {label}" if label else model
     note(section, f"{what}: loading the learner")

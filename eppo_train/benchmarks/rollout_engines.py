@@ -19,11 +19,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from eppo_train.benchmarks.common import BenchContext, Figure, Unavailable, failed, figure, note, section
-from eppo_train.ticks import RolloutTick, listen
+from eppo_train.config import load_config
+from eppo_train.policy.engine import EngineSpec, make_engine
+from eppo_train.policy.precision import resolve_dtype
+from eppo_train.report.ticks import RolloutTick, listen
+from eppo_train.rollout.env_pool import LocalEnvPool
+from eppo_train.rollout.loop import run_rollout
+from eppo_train.rollout.task_slots import prepare_tasks, rollout_config, train_problems
 
 if TYPE_CHECKING:
     from eppo_train.config import Config
-    from eppo_train.rollout import Problem, RolloutConfig
+    from eppo_train.rollout.loop import Problem, RolloutConfig
 
 
 def matmul_flops(n: int = 1024, reps: int = 5, dtype: str = "bfloat16") -> float:
@@ -46,8 +52,6 @@ def make_train_workload(
 ) -> tuple[Config, RolloutConfig, list[Problem]]:
     """(rollout config, problems, slots) of the pipeline's first RL iteration; `wants_env` (bench --envs) keeps only
     the tasks whose env id it accepts."""
-    from eppo_train.config import load_config
-    from eppo_train.tasks import prepare_tasks, rollout_config, train_problems
 
     overrides = [f"model.name={model}"]
     if quick:
@@ -65,7 +69,7 @@ def make_train_workload(
 def _turn_lines(where: str) -> Callable[[RolloutTick], None]:
     """One progress line per turn of a repetition (an HF repetition of the make-train workload takes ~13 min)."""
     def tick(t: RolloutTick) -> None:
-        if t.final:  # the last turn's line said it already
+        if t.final:  # the last turn's line says it already
             return
         rate = t.tokens / t.generation_seconds if t.generation_seconds > 0 else 0.0
         note("rollout", f"{where}: turn {t.turn}, episodes {t.done}/{t.total}, {t.tokens:,} new tokens, "
@@ -76,10 +80,6 @@ def _turn_lines(where: str) -> Callable[[RolloutTick], None]:
 
 @section("rollout", "make-train rollout: new tokens/s, vLLM vs HF, and share of the matmul rate", "25-35 min (HF is most of it)")
 def bench_rollout(ctx: BenchContext) -> list[Figure]:
-    from eppo_train.envpool import LocalEnvPool
-    from eppo_train.policy.engine import EngineSpec, make_engine
-    from eppo_train.policy.precision import resolve_dtype
-    from eppo_train.rollout import run_rollout
 
     cfg, rc, problems = make_train_workload(ctx.model, ctx.quick, ctx.wants_env)
     dtype = resolve_dtype(cfg.model.generator_dtype)

@@ -26,8 +26,12 @@ from rich.console import Console
 from rich.table import Table
 
 # Importing the section modules registers them, in this order (cheap ones first).
-from eppo_train.benchmarks import envs, model, rollout_engines, tools, trl_ref  # noqa: F401
+from eppo_train.benchmarks import envs, memory, model, rollout_engines, tools, trl_ref  # noqa: F401
 from eppo_train.benchmarks.common import SECTIONS, BenchContext, Figure, failed
+from eppo_train.benchmarks.envs import registered_envs
+from eppo_train.policy.models import ModelNotFoundError, resolve_model
+from eppo_train.runtime import interrupt
+from eppo_train.runtime.interrupt import guard
 
 console = Console(width=None if sys.stdout.isatty() else 220)
 
@@ -63,7 +67,6 @@ def machine() -> dict:
 
 
 def run_sections(names: list[str], ctx: BenchContext) -> tuple[list[Figure], dict[str, float]]:
-    from eppo_train import interrupt
 
     figures: list[Figure] = []
     seconds: dict[str, float] = {}
@@ -139,7 +142,7 @@ def context(args: argparse.Namespace) -> BenchContext:
 
 
 def reps_note(ctx: BenchContext) -> str:
-    """The table title's repetitions, as the sections count them (a '--reps 1' table said 'median of 3 runs')."""
+    """The table title's repetitions, as the sections count them (a '--reps 1' table says 'median of 1 run')."""
     reps = ctx.reps()
     return f"{reps} run{'s' if reps > 1 else ''}" + (", --quick" if ctx.quick else "")
 
@@ -152,14 +155,12 @@ def check_inputs(names: list[str], ctx: BenchContext) -> str | None:
     """What the user typed that no section can run: a --model that resolves to nothing, an --envs that matches no
     registered env id. One line, before any section starts."""
     if any(n in MODEL_SECTIONS for n in names):
-        from eppo_train.policy.models import ModelNotFoundError, resolve_model
 
         try:
             resolve_model(ctx.model)
         except ModelNotFoundError as exc:
             return f"--model: {exc}"
     if ctx.envs.strip() and any(n in ENV_SECTIONS for n in names):
-        from eppo_train.benchmarks.envs import registered_envs
 
         known = registered_envs()[0]
         if not any(ctx.wants_env(e) for e in known):
@@ -183,13 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}")
         return 2
-    if args.reps is not None and args.reps < 1:  # 0 made every figure a ZeroDivisionError, exit 0
+    if args.reps is not None and args.reps < 1:  # 0 would make every figure a ZeroDivisionError, exit 0
         console.print(f"[red]--reps must be at least 1[/red], got {args.reps}")
         return 2
     names = [s for s in wanted if s not in skip]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from eppo_train.interrupt import guard
 
     # Ctrl-C or SIGTERM mid-section: one line and exit 130 instead of a traceback, the section's engines, browsers,
     # sandboxes and Ray stopped (guard's cleanup), and the last results file left as it was (nothing is written
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     with guard("eppo-bench", lambda: hint):
         ctx = context(args)
         problem = check_inputs(names, ctx)
-        if problem:  # a typo ran every section as an n/a row, exit 0, and replaced the last results file with them
+        if problem:  # else a typo runs every section as an n/a row, exit 0, replacing the last results file
             console.print(f"[red]{problem}[/red]")
             return 2
         info = machine()

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from eppo_envs.tools.retriever import make_retriever
 from eppo_train.benchmarks.common import BenchContext, Figure, failed, figure, need_module, section
 
 
@@ -32,7 +33,6 @@ def bench_sandbox(ctx: BenchContext) -> list[Figure]:
 @section("retriever", "retriever latency and queries/s", "1-2 min")
 def bench_retriever(ctx: BenchContext) -> list[Figure]:
     bench = need_module("eppo_envs.benchmarks.retriever", "the retriever benchmark")
-    from eppo_envs.tools.retriever import make_retriever
 
     docs, questions = bench.wordnet_workload()
     name = "wordnet"

@@ -17,6 +17,7 @@ import time
 
 from eppo_train.benchmarks.common import BenchContext, Figure, figure, need_module, note, section
 from eppo_train.benchmarks.model import FULL_FP32, BatchShape, measure_learner, shape_for
+from eppo_train.policy.models import load_model, load_tokenizer
 
 
 def _trl_inputs(shape: BatchShape, vocab: int, seed: int) -> dict:
@@ -42,7 +43,6 @@ def measure_trl(model_name: str, shape: BatchShape, reps: int) -> list[float]:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from eppo_train.policy.models import load_model, load_tokenizer
 
     note("trl", f"{model_name}: loading TRL's GRPOTrainer")
     torch.manual_seed(0)

@@ -16,7 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
-from eppo_train.policy.precision import resolve_dtype
+from eppo_train.policy.hosted import HostedVLLMPolicy
+from eppo_train.policy.models import loading, resolve_model
+from eppo_train.policy.precision import resolve_dtype, tell_fallback
+from eppo_train.policy.vllm import VLLMPolicy
 
 BACKENDS = ("vllm", "hf")
 
@@ -36,9 +39,9 @@ class EngineSpec:
     dtype: str = "auto"
     max_model_len: int = 4096  # prompt + completion tokens per sequence (vLLM sizes its KV cache by it)
     seed: int = 0
-    # vLLM on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE, unless already set); None: enough for `max_sequences`
-    # whole sequences (kv_cache_gib). Too small a cache drops the earlier turns' blocks and re-prefills every
-    # transcript each turn: with 2 GiB in float32 an ALFWorld turn of 64 episodes took twice as long by turn 4
+    # vLLM on CPU: KV-cache GiB (unless the user set VLLM_CPU_KVCACHE_SPACE); None: enough for `max_sequences`
+    # whole sequences (kv_cache_bytes). Too small a cache drops the earlier turns' blocks and re-prefills every
+    # transcript each turn: with 2 GiB in float32 an ALFWorld turn of 64 episodes takes twice as long by turn 4
     kv_cache_gb: float | None = None
     max_sequences: int = 80  # episodes generated in one call (the pipeline: 80 in RL, 64 in evaluation)
     gpu_memory_utilization: float = 0.3  # vLLM on CUDA: the learner shares the device
@@ -50,12 +53,16 @@ def make_engine(spec: EngineSpec) -> PolicyBackend:
         raise EngineError(f"unknown generation backend {spec.backend!r} (known: {', '.join(BACKENDS)})")
     import torch
 
-    spec = replace(spec, dtype=resolve_dtype(spec.dtype, "cuda" if torch.cuda.is_available() else "cpu"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    asked, spec = spec.dtype, replace(spec, dtype=resolve_dtype(spec.dtype, device))
     if spec.backend == "hf":
         from eppo_train.policy.hf import HFPolicy
 
-        return HFPolicy(spec.model, dtype=spec.dtype)
-    return _start_vllm(spec)
+        engine: PolicyBackend = HFPolicy(spec.model, dtype=spec.dtype)
+    else:
+        engine = _start_vllm(spec)
+    tell_fallback(asked, device)
+    return engine
 
 
 def _start_vllm(spec: EngineSpec) -> PolicyBackend:
@@ -66,8 +73,6 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     hint = "choose transformers generation with --set model.backend=hf (eppo-train) or --backend hf (eppo-eval)"
     if importlib.util.find_spec("vllm") is None:  # found without importing it (the engine's process imports it)
         raise EngineError(f"vLLM is not installed (no module named 'vllm'); run make install, or {hint}")
-    from eppo_train.policy.hosted import HostedVLLMPolicy
-    from eppo_train.policy.vllm import VLLMPolicy
 
     if not torch.cuda.is_available():
         _check_cpu_head_size(spec, hint)
@@ -78,10 +83,13 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     if torch.cuda.is_available():
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
     else:
-        gib = kv_cache_gib(spec) if spec.kv_cache_gb is None else max(1, round(spec.kv_cache_gb))
+        # The cache is this engine's own argument, in bytes: VLLM_CPU_KVCACHE_SPACE (whole GiB) is set by a user only,
+        # and then wins (vLLM reads it over the argument). An environment variable set here would round the cache
+        # up to whole GiB and size every later engine of the process (a study's, the bench's) by this one's batch.
         if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(gib)
-            warning = kv_cache_warning(spec, gib) if spec.kv_cache_gb is None else None  # auto, capped by memory
+            size = kv_cache_bytes(spec) if spec.kv_cache_gb is None else int(spec.kv_cache_gb * GiB)
+            kwargs["kv_cache_memory_bytes"] = size
+            warning = kv_cache_warning(spec, size) if spec.kv_cache_gb is None else None  # auto, capped by memory
             if warning:
                 print(warning, file=sys.stderr, flush=True)
         # Every core runs the model (vLLM's CPU default leaves one for its front end, which sits idle while the
@@ -131,7 +139,6 @@ def _text_config(model: str):  # noqa: ANN202  (a transformers PretrainedConfig,
     """The language model's config of `model`, and its attention head size."""
     from transformers import AutoConfig
 
-    from eppo_train.policy.models import loading, resolve_model
 
     path = resolve_model(model)
     with loading(path):
@@ -139,30 +146,33 @@ def _text_config(model: str):  # noqa: ANN202  (a transformers PretrainedConfig,
     return cfg, getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
-def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
-    """Whole GiB of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
+GiB = 2**30
+KV_CACHE_FLOOR = 2**28  # 256 MiB: room for a few sequences even when free memory is short
+
+
+def kv_cache_bytes(spec: EngineSpec, memory_share: float = 0.4) -> int:
+    """Bytes of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
     multi-turn batch keeps every earlier turn cached (prefix caching) instead of re-prefilling it; at most
-    `memory_share` of the memory available now (the learner and the envs need the rest), at least 1."""
-    return max(1, min(kv_cache_needed_gib(spec), int(available_memory() * memory_share / 2**30)))
+    `memory_share` of the memory available now (the learner and the envs need the rest), at least 256 MiB."""
+    return max(KV_CACHE_FLOOR, min(kv_cache_needed_bytes(spec), int(available_memory() * memory_share)))
 
 
-def kv_cache_warning(spec: EngineSpec, gib: int) -> str | None:
-    """One line when `gib` is less than the whole batch needs, else None. Such a cache drops earlier turns' blocks:
-    they are prefilled again (slower), and a prompt prefilled whole rather than from cached blocks gets different
-    bf16 rounding, so near-tie greedy replies can differ from a run with the full cache (measured: the same WebShop
-    evaluation moved on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
-    need = kv_cache_needed_gib(spec)
-    if gib >= need:
+def kv_cache_warning(spec: EngineSpec, size: int) -> str | None:
+    """One line when `size` bytes are less than the whole batch needs, else None. Such a cache drops earlier turns'
+    blocks: they are prefilled again (slower), and a prompt prefilled whole rather than from cached blocks gets
+    different bf16 rounding, so near-tie greedy replies can differ from a run with the full cache (measured: the
+    same WebShop evaluation moves on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
+    need = kv_cache_needed_bytes(spec)
+    if size >= need:
         return None
-    return (f"warning: vLLM's KV cache is {gib} GiB of the {need} GiB a batch of {spec.max_sequences} x "
-            f"{spec.max_model_len} tokens needs (too little free memory): slower, and near-tie greedy replies can "
-            "differ from a run with the whole cache; free memory or set model.kv_cache_gb")
+    return (f"warning: vLLM's KV cache is {size / GiB:.1f} GiB of the {need / GiB:.1f} GiB a batch of "
+            f"{spec.max_sequences} x {spec.max_model_len} tokens needs (too little free memory): slower, and near-tie "
+            "greedy replies can differ from a run with the whole cache; free memory or set model.kv_cache_gb")
 
 
-def kv_cache_needed_gib(spec: EngineSpec) -> int:
-    """Whole GiB that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens (at least 1)."""
-    import math
-
+def kv_cache_needed_bytes(spec: EngineSpec) -> int:
+    """The bytes that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens: the run's own token
+    budget for one engine call, exactly (the cache is no longer rounded up to whole GiB)."""
     import torch
 
     cfg, head_dim = _text_config(spec.model)
@@ -170,7 +180,7 @@ def kv_cache_needed_gib(spec: EngineSpec) -> int:
     value_bytes = torch.empty(0, dtype=getattr(torch, resolve_dtype(spec.dtype))).element_size()
     # a key and a value vector per layer and KV head, for every token
     per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * value_bytes
-    return max(1, math.ceil(spec.max_sequences * spec.max_model_len * per_token / 2**30))
+    return spec.max_sequences * spec.max_model_len * per_token
 
 
 def available_memory() -> int:
@@ -238,7 +248,6 @@ def folder_weights(model: str) -> dict:
     """Every tensor of a model (a name `resolve_model` knows or a transformers folder), by its HF name."""
     from safetensors.torch import load_file
 
-    from eppo_train.policy.models import resolve_model
 
     weights: dict = {}
     for f in sorted(Path(resolve_model(model)).glob("*.safetensors")):

@@ -8,7 +8,7 @@
 
 Model names run on `backend` ("hf": transformers, "vllm": the vLLM engine). The factory is the one place a name
 becomes a policy, so the CLI, the pipeline and studies accept the same names. Each `KIND:ARG` prefix is an entry of
-`POLICIES` (the registry style of losses, estimators and tasks, `eppo_train.typed.Registry`), so a new kind is one
+`POLICIES` (the registry style of losses, estimators and tasks, `eppo_train.core.registry.Registry`), so a new kind is one
 `POLICIES.register(...)` call; a name with no registered prefix is a model name (`resolve_model`).
 """
 
@@ -19,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eppo_train.core.registry import Registry, check_entry
 from eppo_train.policy.agents import Agent, ChatAgent, ExpertAgent, PolicyAgent, RandomAgent
 from eppo_train.policy.base import SamplingParams
-from eppo_train.typed import Registry, check_entry
+from eppo_train.policy.engine import EngineError, EngineSpec, make_engine
+from eppo_train.policy.models import ModelNotFoundError, resolve_model
+from eppo_train.policy.openai import OpenAIChat
 
 BACKENDS = ("hf", "vllm")
 SHIPPED = ("default", "tiny", "smollm2")  # for the error message; models.resolve_model knows every alias
@@ -56,7 +59,6 @@ def _model_agent(path: str, backend: str, opts: PolicyOptions) -> Agent:
 
         policy = HFPolicy(path, device=opts.device, dtype=opts.dtype, max_batch=opts.batch_size)
         return PolicyAgent(policy, opts.params)
-    from eppo_train.policy.engine import EngineError, EngineSpec, make_engine
 
     try:
         policy = make_engine(EngineSpec(path, "vllm", opts.dtype, opts.max_model_len,
@@ -105,7 +107,6 @@ def _random(arg: str, backend: str, opts: PolicyOptions) -> Agent:
 
 
 def _openai(arg: str, backend: str, opts: PolicyOptions) -> Agent:
-    from eppo_train.policy.openai import OpenAIChat
 
     if not arg:
         raise PolicyNameError("openai policy needs a URL: openai:http://host:port/v1")
@@ -122,7 +123,6 @@ POLICIES.register("random", PolicyKind(_random, "random"))
 
 def _named_model(name: str, backend: str, opts: PolicyOptions) -> Agent:
     """A shipped model name, a folder, or (with network) a hub id: whatever models.resolve_model takes."""
-    from eppo_train.policy.models import ModelNotFoundError, resolve_model
 
     try:
         resolve_model(name)
@@ -137,7 +137,6 @@ def _named_model(name: str, backend: str, opts: PolicyOptions) -> Agent:
 
 def make_policy(name: str, backend: str = "hf", options: PolicyOptions | None = None) -> Agent:
     """The agent for `name` (see the module docstring); model names load on `backend`."""
-    from eppo_train.policy.models import ModelNotFoundError
 
     opts = options or PolicyOptions()
     if backend not in BACKENDS:

@@ -3,10 +3,10 @@
 Why a child of our own rather than vLLM's default (engine core in a process of vLLM's, requests sent one by one):
 - Reproducible: vLLM's engine core starts stepping while a call's requests are still arriving, so which prompts
   share a forward pass, and the bf16 rounding with it, depends on timing; the same greedy WebShop evaluation on a
-  loaded machine moved on 3 of 64 instances (docs/bench.md). With the core in process (vLLM's own recipe,
-  `VLLM_ENABLE_V1_MULTIPROCESSING=0`) a call is queued whole before the first step: three runs at load 2 to 5.4
-  were bit-identical.
-- Faster on 2 cores: no front-end process competing with the model's threads; make-train's rollout workload ran at
+  loaded machine moves on 3 of 64 instances (docs/bench.md). With the core in process (vLLM's own recipe,
+  `VLLM_ENABLE_V1_MULTIPROCESSING=0`) a call is queued whole before the first step, and runs at load 2 to 5.4 are
+  bit-identical.
+- Faster on 2 cores: no front-end process competing with the model's threads; make-train's rollout workload runs at
   ~390-404 new tokens/s against ~300 (docs/bench.md).
 - But not in *our* process: there vLLM's start scans every loaded module and fails once numba is imported (the
   SearchQA retriever `bm25s` imports it: `'_lib_fn_wrapper' object has no attribute 'get'`), binds the process's
@@ -28,10 +28,11 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eppo_train.interrupt import WorkerLost, relayed_child_output
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer
-from eppo_train.policy.vllm import quiet_child_env, scoped_environment, weights_file
+from eppo_train.policy.vllm import VLLMPolicy, quiet_child_env, scoped_environment, weights_file
+from eppo_train.report.memory import ENGINE, name_process
+from eppo_train.runtime.interrupt import WorkerLost, relayed_child_output
 
 
 class EngineProcessError(RuntimeError):
@@ -52,6 +53,7 @@ class HostedVLLMPolicy(PolicyBackend):
         # after a Ctrl-C, the child's shutdown messages are dropped
         with relayed_child_output(), scoped_environment(**quiet_child_env()):
             self._process.start()
+        name_process(self._process.pid, ENGINE)  # the run's memory account counts it as the engine
         child_end.close()
         self._receive()  # "ready", or the reason it could not start
 
@@ -120,7 +122,6 @@ def _serve(conn, model: str, kwargs: dict[str, Any]) -> None:  # noqa: ANN001  (
     signal.signal(signal.SIGTERM, _exit_cleanly)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
-        from eppo_train.policy.vllm import VLLMPolicy
 
         engine = VLLMPolicy(model, **kwargs)
     except Exception as exc:  # noqa: BLE001  (sent to the parent, which raises it with its reason)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eppo_train.policy.precision import resolve_dtype
+from eppo_train.policy.precision import resolve_dtype, tell_fallback
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -37,7 +37,7 @@ class ModelNotFoundError(ValueError):
 @contextmanager
 def loading(what: str) -> Iterator[None]:
     """Turn transformers' errors on a folder that is not a loadable model (a config.json that is not JSON, no or
-    truncated weights, a broken tokenizer.json) into one `ModelNotFoundError` naming the folder: each was a 40-line
+    truncated weights, a broken tokenizer.json) into one `ModelNotFoundError` naming the folder, not a 40-line
     traceback from eppo-train and eppo-eval. The library's message is kept, its lines joined into one."""
     from safetensors import SafetensorError
 
@@ -160,8 +160,8 @@ def resolve_model(path_or_name: str | os.PathLike[str]) -> str:
             if (candidate / "config.json").exists():
                 return str(candidate)
         raise ModelNotFoundError(f"{name}: not a transformers model folder (no config.json)")
-    # A hub id only for a user who turned the hub on (HF_HUB_OFFLINE=0): unset meant online here, so a mistyped
-    # run folder ("runs/nothere") went to huggingface.co and retried for half a minute before its error.
+    # A hub id only for a user who turned the hub on (HF_HUB_OFFLINE=0): unset is offline here, else a mistyped
+    # run folder ("runs/nothere") would go to huggingface.co and retry for half a minute before its error.
     online = os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() in {"0", "false", "no", "off"}
     if "/" in name and not name.startswith((".", "/")) and online:
         return name  # a hub id: left to from_pretrained
@@ -187,7 +187,7 @@ def load_tokenizer(path_or_name: str | os.PathLike[str]) -> PreTrainedTokenizerB
 def check_model(path_or_name: str | os.PathLike[str]) -> str:
     """`resolve_model`, then check without loading the tensors that the folder would load: its config, its tokenizer
     and each safetensors file's header (a truncated file fails here). Why: a Ray run loads the model inside its
-    actors, where a broken folder was 'the generator or learner actor could not start' naming a temporary copy, exit
+    actors, where a broken folder is 'the generator or learner actor could not start' naming a temporary copy, exit
     1; checked in the driver first it is the user's error, on the user's path, exit 2. A hub id is left alone."""
     path = resolve_model(path_or_name)
     folder = Path(path)
@@ -212,7 +212,7 @@ def check_model(path_or_name: str | os.PathLike[str]) -> str:
 def _no_weight_bars() -> None:
     """transformers (5.x) draws a "Loading weights" bar at every model load and a "Writing model shards" bar at every
     save: two lines (with carriage returns) among a run's progress lines at each SFT step save, checkpoint and
-    evaluation load (seen in make experiment-quick, eppo-train, eppo-eval and make bench); vLLM's loads are quiet
+    evaluation load (in make experiment-quick, eppo-train, eppo-eval and make bench); vLLM's loads are quiet
     already (use_tqdm_on_load=False). HF_HUB_DISABLE_PROGRESS_BARS, when set, is the user's choice and is kept."""
     if "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ:
         from transformers.utils import logging as hf_logging
@@ -227,7 +227,7 @@ def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", dev
     from transformers import AutoModelForCausalLM
 
     _no_weight_bars()
-    dtype = resolve_dtype(dtype, device)
+    asked, dtype = dtype, resolve_dtype(dtype, device)
     torch_dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
                    "float16": torch.float16, "fp16": torch.float16}.get(dtype)
     if torch_dtype is None:
@@ -235,4 +235,5 @@ def load_model(path_or_name: str | os.PathLike[str], dtype: str = "float32", dev
     path = resolve_model(path_or_name)
     with loading(path):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+    tell_fallback(asked, device)
     return model.to(device).eval()

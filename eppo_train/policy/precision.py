@@ -1,8 +1,8 @@
 """Which float type runs fast on this machine: bf16 only where the hardware multiplies bf16 natively.
 
-A CPU without AVX512-BF16 or AMX (an AVX2-only AMD EPYC, say) emulates bf16: measured on such a 2-core machine,
-a 1024^3 matmul ran at 0.9 GFLOP/s in bf16 against 102 in float32, and vLLM generated ~18 new tokens/s in bf16
-against ~98 in float32 on the make-train rollout (docs/bench.md). So `dtype: auto` (the shipped configs' choice)
+A CPU without AVX512-BF16 or AMX (an AVX2-only AMD EPYC, say) emulates bf16: on such a 2-core machine a 1024^3
+matmul runs at 0.9 GFLOP/s in bf16 against 102 in float32, and vLLM generates ~18 new tokens/s in bf16 against
+~98 in float32 on the make-train rollout (docs/bench.md). So `dtype: auto` (the shipped configs' choice)
 means bf16 on a GPU with bf16 and on a CPU with native bf16, float32 elsewhere, and the learner's CPU bf16 autocast
 is a speed option that applies only where it is one.
 """
@@ -25,13 +25,18 @@ def native_bf16(device: str = "cpu") -> bool:
 
 
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
-    """`auto` -> "bfloat16" where it is native on `device`, else "float32"; any other name is returned as given."""
+    """`auto` -> "bfloat16" where it is native on `device`, else "float32"; any other name is returned as given.
+    Says nothing: the caller tells the user (`tell_fallback`) once what it loaded has loaded, so that a command
+    that fails to load says its error alone."""
     if dtype != "auto":
         return dtype
-    if native_bf16(device):
-        return "bfloat16"
-    _notice_once(device)
-    return "float32"
+    return "bfloat16" if native_bf16(device) else "float32"
+
+
+def tell_fallback(dtype: str, device: str = "cpu") -> None:
+    """Once per process: where `dtype` (as asked) was `auto` and fell back to float32, why."""
+    if dtype == "auto" and not native_bf16(device):
+        _notice_once(device)
 
 
 def use_cpu_autocast(asked: bool) -> bool:

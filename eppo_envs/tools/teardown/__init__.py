@@ -1,0 +1,1 @@
+"""Process teardown, the one home for both packages: the command watchdog, the owner marker that names a command's processes and temp files, the browser reaper, and what an inference engine leaves behind."""

@@ -1,0 +1,538 @@
+"""The learner: log-probs and entropies of the sampled tokens, the chosen loss, AdamW, checkpoints.
+
+One `train_step(samples)` per iteration:
+  1. a no-grad pass recomputes the old log-probs with the training model (bf16 sampling drifts from fp32, see
+     docs/design.md) and the token entropies that give each task's H_k; the pacer turns them into per-task bounds.
+     It runs the very micro-batches of the first epoch's optimizer passes (drawn first), so under bf16 autocast,
+     where a row's log-probs depend on the batch it runs in, the first step's ratios are exactly 1;
+  2. `epochs` x `mini_batches` optimizer steps; each mini-batch is split into micro-batches under a padded-token
+     budget and its gradient accumulated with weights computed over the whole mini-batch (exact accumulation);
+     grad-norm clipping, AdamW. Per task it counts the tokens the clip acts on at each bound (`clip_low_frac`:
+     ratio < 1 - eps_low with a negative advantage; `clip_high_frac`: ratio > 1 + eps_high with a positive one)
+     and the ratio's spread, whatever the loss.
+With `staleness` = k > 0 the generator samples iteration t with the weights after step t - k (one-step-off and
+asynchronous trainers sample with stale weights): the learner keeps its last k + 1 trainable weights, hands the
+oldest to the generator (`sampling_weights`) and runs pass 1 with them, so the old log-probs are exactly the
+sampling policy's and the ratio measures how far the learner has moved since.
+Logits are only formed for the positions that predict a model token, a chunk of positions at a time (under
+activation checkpointing when gradients are needed), so the vocabulary-sized tensor never exists for the batch.
+With frozen bottom blocks (`train_top_layers`) and `cache_frozen`, pass 1 keeps each sample's hidden states at the
+first trained block and pass 2 runs only the top blocks from them (frozen_cache.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from eppo_train.algos.losses import (
+    LOSSES,
+    LossInputs,
+    aggregate,
+    checked_output,
+    k3,
+    loss_options,
+    token_weights,
+)
+from eppo_train.algos.pacing import EntropyPacer, PaceStep
+from eppo_train.config import Config
+from eppo_train.core.records import Sample
+from eppo_train.learner.frozen_cache import (
+    CHECK_ATOL,
+    cache_start,
+    capture_inputs,
+    decoder_layers,
+    pad_states,
+    top_hidden,
+    unpad,
+)
+from eppo_train.policy.models import load_model
+from eppo_train.policy.precision import use_cpu_autocast
+
+
+@dataclass
+class StepReport:
+    step: int
+    metrics: dict[str, float] = field(default_factory=dict)  # batch-level: loss, grad_norm, tokens/s, ...
+    per_task: dict[str, dict[str, float]] = field(default_factory=dict)  # task -> entropy, ema, eps, clip_frac...
+    pace: PaceStep | None = None
+
+
+def freeze_below_top(model: torch.nn.Module, n: int) -> None:
+    """Train only the top `n` blocks and the final norm: backward stops there (~2.3x faster on CPU)."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in decoder_layers(model)[-n:]:
+        for p in block.parameters():
+            p.requires_grad_(True)
+    norm = getattr(model.base_model, "norm", None) or getattr(model.base_model, "ln_f", None)
+    if norm is not None:
+        for p in norm.parameters():
+            p.requires_grad_(True)
+
+
+def token_logprobs_entropy(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk: int = 256,
+    grad: bool = False,
+    fp32_head: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob and entropy (fp32, nats) of every masked token, as [B, T] tensors (0 elsewhere).
+
+    Token t is predicted from the hidden state at t-1; only masked positions reach the vocab projection.
+    """
+    # use_cache=False: a training forward never decodes further, so the KV cache HF builds by default is dead weight
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    return hidden_logprobs_entropy(model, hidden, input_ids, mask, temperature, chunk, grad, fp32_head)
+
+
+def hidden_logprobs_entropy(
+    model: torch.nn.Module,
+    hidden: torch.Tensor,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk: int = 256,
+    grad: bool = False,
+    fp32_head: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs_entropy` from the model's last hidden state [B, T, H] (after the final norm).
+
+    `fp32_head`: the vocab projection in float32 even under bf16 autocast. bf16 logits carry ~8 significant bits,
+    an error of a few hundredths of a nat on a log-prob, as large as one RL step's change of it, so the PPO ratio
+    would be mostly rounding noise (the LM head in fp32 is MiniMax-M1's fix of the same train/sample mismatch).
+    """
+    head = model.get_output_embeddings()
+    where = mask[:, 1:] > 0
+    states = hidden[:, :-1][where]  # [N, H]
+    targets = input_ids[:, 1:][where]  # [N]
+
+    def head_logits(h: torch.Tensor) -> torch.Tensor:
+        if not fp32_head:
+            return head(h).float()
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            bias = None if head.bias is None else head.bias.float()
+            return torch.nn.functional.linear(h.float(), head.weight.float(), bias)
+
+    def project(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head_logits(h) / temperature
+        lse = torch.logsumexp(logits, dim=-1)
+        lp = logits.gather(1, t[:, None]).squeeze(1) - lse
+        ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        return lp, ent
+
+    lps, ents = [], []
+    for s in range(0, states.shape[0], chunk):
+        h, t = states[s : s + chunk], targets[s : s + chunk]
+        if grad and h.requires_grad:
+            lp, ent = checkpoint(project, h, t, use_reentrant=False)
+        else:
+            lp, ent = project(h, t)
+        lps.append(lp)
+        ents.append(ent)
+    logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(logprobs)
+    if lps:
+        full = torch.zeros_like(logprobs[:, 1:])
+        logprobs = torch.cat([logprobs[:, :1], full.masked_scatter(where, torch.cat(lps))], dim=1)
+        entropy[:, 1:][where] = torch.cat(ents).detach()
+    return logprobs, entropy
+
+
+def autocast(device: str, bf16_cpu: bool = False) -> torch.autocast | nullcontext[None]:
+    """bf16 autocast on a GPU always, on CPU when asked and the CPU has native bf16 (~1.6x faster there; emulated
+    bf16 is ~100x slower, policy/precision.py); else full precision."""
+    on_gpu = device.startswith("cuda")
+    if on_gpu or use_cpu_autocast(bf16_cpu):
+        return torch.autocast(device_type="cuda" if on_gpu else "cpu", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def pad_tokens(rows: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask, loss mask) as right-padded [B, T] tensors; position 0 never in the loss
+    (nothing predicts the first token)."""
+    width = max(len(s.input_ids) for s in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    attn = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width)
+    for r, s in enumerate(rows):
+        n = len(s.input_ids)
+        ids[r, :n] = torch.tensor(s.input_ids)
+        attn[r, :n] = 1
+        mask[r, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    mask[:, 0] = 0.0
+    return ids, attn, mask
+
+
+def ratio_diagnostics(logprobs: torch.Tensor, b: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per row of a padded micro-batch: tokens the PPO clip acts on at the lower bound (ratio < 1 - eps_low with a
+    negative advantage: pushing the ratio further down gains nothing) and at the upper bound (ratio > 1 + eps_high
+    with a positive advantage), the sum of |ratio - 1|, of the ratio and of its square, and the largest ratio. The
+    same numbers for every loss (for one without a clip, where the clip would have acted)."""
+    mask = b["mask"] > 0
+    ratio = torch.exp(logprobs - b["old"]).masked_fill(~mask, 1.0)
+    low = (ratio < 1.0 - b["lo"]) & (b["adv"] < 0) & mask
+    high = (ratio > 1.0 + b["hi"]) & (b["adv"] > 0) & mask
+    m = b["mask"]
+    return {"clip_low": low.sum(1).float(), "clip_high": high.sum(1).float(),
+            "ratio_dev": ((ratio - 1.0).abs() * m).sum(1), "ratio_sum": (ratio * m).sum(1),
+            "ratio_sq": (ratio.square() * m).sum(1), "ratio_max": ratio.masked_fill(~mask, 0.0).amax(1)}
+
+
+def _std(total: float, squares: float, n: float) -> float:
+    if n < 1:
+        return 0.0
+    mean = total / n
+    return float(max(squares / n - mean * mean, 0.0) ** 0.5)
+
+
+def _copy_into(params: Mapping[str, torch.nn.Parameter], values: Mapping[str, torch.Tensor]) -> None:
+    for name, value in values.items():
+        params[name].copy_(value.to(params[name].device, params[name].dtype))
+
+
+def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
+    """Indices grouped (length-sorted) so that rows x longest row <= budget tokens; at least one row each."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Learner:
+    def __init__(self, cfg: Config, model: torch.nn.Module | None = None, device: str | None = None) -> None:
+
+        self.cfg = cfg
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        torch.manual_seed(cfg.run.seed)
+        self.model = model if model is not None else load_model(cfg.model.name, cfg.model.dtype, self.device)
+        self.model.to(self.device).train()
+        if cfg.learner.train_top_layers > 0:
+            freeze_below_top(self.model, cfg.learner.train_top_layers)
+        # The first trained block when pass 2 may start there from states kept in pass 1 (frozen_cache.py); checked
+        # against the full forward on the first micro-batch, None (the full forward every pass) otherwise.
+        self.cache_from: int | None = None
+        self._cache_checked = False
+        if cfg.learner.cache_frozen:
+            self.cache_from, why = cache_start(self.model)
+            if self.cache_from is None and cfg.learner.train_top_layers > 0:
+                print(f"learner: frozen-layer cache off ({why}); every pass runs the full model", file=sys.stderr,
+                      flush=True)
+        self.ref = None
+        if cfg.algo.kl_coef > 0:
+            self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        lc = cfg.learner
+        self.optimizer = torch.optim.AdamW(params, lr=lc.lr, betas=lc.betas, weight_decay=lc.weight_decay)
+        self.spec = LOSSES.get(cfg.algo.name)
+        self.options = loss_options(cfg.algo.name, cfg.algo.options)  # the loss's own dataclass
+        self.eps_low = cfg.algo.eps_low if cfg.algo.eps_low is not None else self.spec.eps_low
+        self.eps_high = cfg.algo.eps_high if cfg.algo.eps_high is not None else self.spec.eps_high
+        self.agg = cfg.algo.loss_agg or self.spec.agg
+        # Every loss tracks H^_k, crossovers and spikes (to compare entropy dynamics); only paced ones use the bounds.
+        self.pacer = EntropyPacer(cfg.pacing, self.eps_low, self.eps_high)
+        self.rng = torch.Generator().manual_seed(cfg.run.seed)  # Clip-Cov's token choice, mini-batch shuffling
+        self.step = 0
+        # the trainable weights after the last k + 1 steps, oldest first: [0] is what the generator samples with
+        self.history: deque[dict[str, torch.Tensor]] = deque([self.trainable_weights()],
+                                                             maxlen=cfg.learner.staleness + 1)
+
+    # ------------------------------------------------------------------ helpers
+    def _pad(self, samples: list[Sample], idx: list[int]) -> dict[str, torch.Tensor]:
+        rows = [samples[i] for i in idx]
+        ids, attn, mask = pad_tokens(rows)
+        out = {k: torch.zeros(mask.shape) for k in ("old", "adv", "lo", "hi")}
+        for r, s in enumerate(rows):
+            n = len(s.input_ids)
+            out["old"][r, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+            out["adv"][r, :n] = s.advantage
+            lo, hi = self._bounds.get(s.task, (self.eps_low, self.eps_high))
+            out["lo"][r, :n], out["hi"][r, :n] = lo, hi
+        out["ids"], out["attn"], out["mask"] = ids, attn, mask
+        return {k: v.to(self.device) for k, v in out.items()}
+
+    def _stats(self, model, b: dict[str, torch.Tensor], grad: bool,
+               states: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies of a padded micro-batch: the full forward, or with `states` (each row's hidden
+        states entering block `cache_from`) the top blocks only."""
+        temperature, chunk = self.cfg.rollout.temperature, self.cfg.learner.logit_chunk
+        fp32_head = self.cfg.learner.fp32_head
+        with autocast(self.device, self.cfg.learner.bf16_autocast_cpu):
+            if states is None:
+                return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], temperature, chunk, grad=grad,
+                                              fp32_head=fp32_head)
+            assert self.cache_from is not None
+            hidden = top_hidden(model, self.cache_from, pad_states(states, b["ids"].shape[1]), b["attn"])
+            return hidden_logprobs_entropy(model, hidden, b["ids"], b["mask"], temperature, chunk, grad=grad,
+                                           fp32_head=fp32_head)
+
+    def _keep_states(self, seen: list[torch.Tensor], b: dict[str, torch.Tensor], lengths: list[int],
+                     lp: torch.Tensor, ent: torch.Tensor) -> list[torch.Tensor] | None:
+        """Pass 1: the rows' states entering the first trained block, unpadded; None when the cache is (now) off.
+
+        Until one micro-batch has been compared, the cached path's log-probs and entropies are checked against the
+        full forward's on this one; a model it does not reproduce keeps the full forward from then on."""
+        try:
+            if len(seen) != 1:
+                raise RuntimeError(f"block {self.cache_from} ran {len(seen)} times in one forward")
+            rows = unpad(seen[0], lengths)
+            if not self._cache_checked:
+                lp_c, ent_c = self._stats(self.model, b, grad=False, states=rows)
+                where = b["mask"] > 0
+                if where.any():
+                    diff = float(torch.cat([(lp_c - lp)[where], (ent_c - ent)[where]]).abs().max())
+                    if not diff <= CHECK_ATOL:  # NaN fails too
+                        raise RuntimeError(f"its log-probs differ from the full forward's by {diff:.3g} nats "
+                                           f"(tolerance {CHECK_ATOL:g})")
+                    self._cache_checked = True
+            return rows
+        except Exception as exc:  # any failure of the cached path means: use the full forward
+            print(f"learner: frozen-layer cache off, the full forward is used: {exc}", file=sys.stderr, flush=True)
+            self.cache_from = None
+            return None
+
+    def _epoch_plan(self, samples: list[Sample]) -> list[tuple[list[int], list[list[int]]]]:
+        """One epoch's mini-batches (a shuffle of the samples by the learner's seeded generator, in near-equal parts),
+        each with its micro-batches under the padded-token budget, as positions in the mini-batch."""
+        perm = torch.randperm(len(samples), generator=self.rng).tolist()
+        parts = np.array_split(np.array(perm, dtype=int), min(self.cfg.learner.mini_batches, max(len(samples), 1)))
+        plan = []
+        for part in parts:
+            mb = [int(i) for i in part]
+            if mb:
+                plan.append((mb, micro_batches([len(samples[i].input_ids) for i in mb],
+                                               self.cfg.learner.micro_batch_tokens)))
+        return plan
+
+    # ------------------------------------------------------------------ the update
+    def train_step(self, samples: list[Sample]) -> StepReport:
+        """One iteration's update on a batch with advantages filled in. The samples are not changed: recomputed
+        old log-probs live in copies local to this step."""
+        t0 = time.perf_counter()
+        samples = [s for s in samples if s.num_response_tokens > 0]
+        lc = self.cfg.learner
+        # The first epoch's mini-batches and their micro-batches are drawn now, and the no-grad pass runs exactly
+        # those: under bf16 autocast a row's log-probs depend on the batch it is computed in (padding width and
+        # matmul shapes change the rounding; measured up to 0.2 nats on SmolLM2), so old log-probs from other
+        # batches would make the first, on-policy step's ratios differ from 1 and the clip act on that noise.
+        first = self._epoch_plan(samples)
+        batches = [[mb[j] for j in idx] for mb, micro in first for idx in micro]
+        self._bounds: dict[str, tuple[float, float]] = {}
+
+        # 1. no-grad pass: old log-probs under the training model, entropies (H_k), reference log-probs
+        ent_sum: dict[str, float] = defaultdict(float)
+        ref_kl_sum: dict[str, float] = defaultdict(float)  # KL(pi || ref) of the model before this step (k3)
+        tok: dict[str, float] = defaultdict(float)
+        ref_lp: dict[int, list[float]] = {}
+        fresh_old: dict[int, list[float]] = {}
+        cached: dict[int, torch.Tensor] = {}  # sample -> [n, H] states entering block cache_from
+        capture = capture_inputs(self.model, self.cache_from) if self.cache_from is not None else nullcontext([])
+        self.model.eval()
+        with torch.no_grad(), self._sampling_policy(), capture as seen:
+            for idx in batches:
+                b = self._pad(samples, idx)
+                lp, ent = self._stats(self.model, b, grad=False)
+                rows = None
+                if self.cache_from is not None:
+                    rows = self._keep_states(seen, b, [len(samples[i].input_ids) for i in idx], lp, ent)
+                    if rows is not None:
+                        cached.update(zip(idx, rows, strict=True))
+                seen.clear()
+                ref = None
+                if self.ref is not None:
+                    # The reference is a copy of the start model, and the blocks below `cache_from` are frozen: its
+                    # states entering that block are the training model's, so only its top blocks run (the KL
+                    # penalty then costs the trained blocks' forward, not a second full one).
+                    use = rows if rows is not None and self._cache_checked else None
+                    ref = self._stats(self.ref, b, grad=False, states=use)[0]
+                for r, i in enumerate(idx):
+                    s, n = samples[i], len(samples[i].input_ids)
+                    m = b["mask"][r, :n]
+                    ent_sum[s.task] += float((ent[r, :n] * m).sum())
+                    tok[s.task] += float(m.sum())
+                    if lc.recompute_old_logprobs:
+                        fresh_old[i] = (lp[r, :n] * m).tolist()
+                    if ref is not None:
+                        ref_lp[i] = ref[r, :n].tolist()
+                        ref_kl_sum[s.task] += float((k3(lp[r, :n], ref[r, :n]) * m).sum())
+        self.model.train()
+        if self.cache_from is None or not self._cache_checked:
+            cached.clear()
+        if fresh_old:
+            samples = [replace(s, old_logprobs=fresh_old[i]) for i, s in enumerate(samples)]
+        entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
+        pace = self.pacer.update(entropy)
+        if self.spec.paced:
+            self._bounds = dict(pace.bounds)
+
+        # 2. optimizer steps
+        acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        losses, norms = [], []
+        for epoch in range(lc.epochs):
+            plan = first if epoch == 0 else self._epoch_plan(samples)
+            for mb, micro in plan:
+                total_tokens = float(sum(samples[i].num_response_tokens for i in mb))
+                self.optimizer.zero_grad(set_to_none=True)
+                loss_total = 0.0
+                for idx in micro:
+                    rows = [mb[j] for j in idx]
+                    b = self._pad(samples, rows)
+                    lp, _ = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
+                    ref = None
+                    if self.ref is not None:
+                        ref = torch.zeros_like(lp)
+                        for r, i in enumerate(rows):
+                            ref[r, : len(ref_lp[i])] = torch.tensor(ref_lp[i])
+                    inp = LossInputs(lp, b["old"], b["adv"], b["mask"], b["lo"], b["hi"], ref, self.cfg.algo.kl_coef,
+                                     self.options, self.rng)
+                    out = checked_output(self.cfg.algo.name, self.spec.fn(inp), lp)
+                    loss = aggregate(out, token_weights(b["mask"], self.agg, total_tokens, float(len(mb))))
+                    loss.backward()
+                    loss_total += float(loss.detach())
+                    ratio = ratio_diagnostics(lp.detach(), b)
+                    for r, i in enumerate(rows):
+                        a = acc[samples[i].task]
+                        a["clipped"] += float(out.clipped[r].sum())
+                        a["kl"] += float(out.approx_kl[r].sum())
+                        a["tokens"] += float(b["mask"][r].sum())
+                        for key, values in ratio.items():
+                            a[key] = max(a[key], float(values[r])) if key == "ratio_max" else a[key] + float(values[r])
+                params = [p for p in self.model.parameters() if p.requires_grad]
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, lc.max_grad_norm)))
+                self.optimizer.step()
+                losses.append(loss_total)
+        self.step += 1
+        self.history.append(self.trainable_weights())
+        elapsed = time.perf_counter() - t0
+        all_tokens = sum(len(s.input_ids) for s in samples)
+        per_task = {}
+        for t in sorted(entropy):
+            lo, hi = self._bounds.get(t, (self.eps_low, self.eps_high))
+            a = acc[t]
+            per_task[t] = {
+                "entropy": entropy[t],
+                "entropy_ema": pace.ema[t],
+                "pace_scale": pace.scale[t] if self.spec.paced else 1.0,
+                "eps_low": lo,
+                "eps_high": hi,
+                "clip_frac": a["clipped"] / max(a["tokens"], 1.0),
+                "clip_low_frac": a["clip_low"] / max(a["tokens"], 1.0),
+                "clip_high_frac": a["clip_high"] / max(a["tokens"], 1.0),
+                "ratio_dev": a["ratio_dev"] / max(a["tokens"], 1.0),
+                "ratio_std": _std(a["ratio_sum"], a["ratio_sq"], a["tokens"]),
+                "ratio_max": a["ratio_max"],
+                "approx_kl": a["kl"] / max(a["tokens"], 1.0),
+                "learner_tokens": tok[t],
+            }
+            if self.ref is not None:
+                per_task[t]["ref_kl"] = ref_kl_sum[t] / max(tok[t], 1.0)
+        every = {k: sum(a[k] for a in acc.values()) for k in ("clipped", "clip_low", "clip_high", "tokens")}
+        metrics = {
+            "loss": float(np.mean(losses)) if losses else 0.0,
+            "clip_frac": every["clipped"] / max(every["tokens"], 1.0),
+            "clip_low_frac": every["clip_low"] / max(every["tokens"], 1.0),
+            "clip_high_frac": every["clip_high"] / max(every["tokens"], 1.0),
+            "optimizer_steps": float(len(norms)),
+            "grad_norm": float(np.mean(norms)) if norms else 0.0,
+            "learner_time_s": elapsed,
+            "learner_tokens": float(all_tokens),
+            "learner_tokens_per_s": all_tokens * lc.epochs / max(elapsed, 1e-9),
+            "entropy_crossovers": float(len(pace.crossovers)),
+            "entropy_spikes": float(len(pace.spikes)),
+            "entropy_crossovers_total": float(self.pacer.crossovers),
+            "entropy_spikes_total": float(self.pacer.spikes),
+        }
+        return StepReport(self.step, metrics, per_task, pace)
+
+    # ------------------------------------------------------------------ weights and checkpoints
+    def trainable_weights(self) -> dict[str, torch.Tensor]:
+        """The parameters the optimizer changes, on CPU, as they are now."""
+        return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def sampling_weights(self) -> dict[str, torch.Tensor]:
+        """What the generator samples the next batch with: the trainable weights after step `step - staleness`
+        (the start's while fewer steps were taken); the current ones when `staleness` is 0."""
+        return self.history[0]
+
+    @contextmanager
+    def _sampling_policy(self) -> Iterator[None]:
+        """The model holds the sampling weights inside the block (pass 1 then sees the policy that sampled the
+        batch), its own after; a no-op without staleness."""
+        behaviour = self.history[0]
+        if len(self.history) == 1:
+            yield
+            return
+        params = dict(self.model.named_parameters())
+        current = {n: params[n].detach().clone() for n in behaviour}
+        with torch.no_grad():
+            _copy_into(params, behaviour)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                _copy_into(params, current)
+
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path / "model"), safe_serialization=True)
+        torch.save(
+            {
+                "step": self.step,
+                "optimizer": self.optimizer.state_dict(),
+                "pacer": self.pacer.state_dict(),
+                "history": list(self.history),
+                "rng": {
+                    "torch": torch.get_rng_state(),
+                    "learner": self.rng.get_state(),
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(),
+                },
+            },
+            path / "learner.pt",
+        )
+
+    def load(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        weights: dict[str, torch.Tensor] = {}
+        for f in sorted((path / "model").glob("*.safetensors")):
+            weights.update(load_file(str(f)))
+        missing, _ = self.model.load_state_dict(weights, strict=False)
+        # save_pretrained omits tied copies (lm_head = embed_tokens): missing is fine when it shares storage.
+        own = self.model.state_dict()
+        loaded = {own[k].data_ptr() for k in weights if k in own}
+        lacking = [k for k in missing if own[k].data_ptr() not in loaded]
+        if lacking:
+            raise ValueError(f"checkpoint {path} lacks weights: {lacking[:3]}")
+        state = torch.load(path / "learner.pt", weights_only=False)  # our own file: RNG states are tuples/arrays
+        self.step = int(state["step"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.pacer.load_state_dict(state["pacer"])
+        self.history.clear()  # a checkpoint from before `staleness` existed holds no history: sample with its weights
+        self.history.extend(state.get("history") or [self.trainable_weights()])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.rng.set_state(state["rng"]["learner"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])

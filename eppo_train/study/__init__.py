@@ -1,0 +1,1 @@
+"""The multi-loss study: its plan, runner, result files, report and figures."""
