@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = [s for s in [*wanted, *skip] if s not in SECTIONS]
     if unknown:
-        console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}")
+        console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}", soft_wrap=True)
         return 2
     if args.reps is not None and args.reps < 1:  # 0 would make every figure a ZeroDivisionError, exit 0
         console.print(f"[red]--reps must be at least 1[/red], got {args.reps}")
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = context(args)
         problem = check_inputs(names, ctx)
         if problem:  # else a typo runs every section as an n/a row, exit 0, replacing the last results file
-            console.print(f"[red]{problem}[/red]")
+            console.print(f"[red]{problem}[/red]", soft_wrap=True)  # one line at any terminal width
             return 2
         info = machine()
         figures, seconds = run_sections(names, ctx)

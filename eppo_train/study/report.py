@@ -291,7 +291,7 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
     lines = ["### Verdict", ""]
     short = [g for g in REQUIRED if len(groups.get(g, [])) < MIN_SEEDS]
     if missing or short:
-        why = ([f"{len(missing)} planned run(s) have no result file ({', '.join(missing)})"] if missing else []) + (
+        why = ([f"{len(missing)} planned run(s) have no result file (listed above)"] if missing else []) + (
             [f"fewer than {MIN_SEEDS} seeds for {', '.join(short)}"] if short else [])
         lines.append(f"**The study is incomplete**: {'; '.join(why)}. What follows reads only the runs that are done.")
         lines.append("")
