@@ -156,6 +156,23 @@ def test_loading_and_saving_a_model_draw_no_progress_bars(tmp_path):
     assert "Loading weights" in asked.stderr and "Writing model shards" in asked.stderr
 
 
+def test_building_the_models_in_an_empty_cache_draws_no_progress_bars(tmp_path):
+    """The first command on a machine converts the embedded GGUF model and builds the tiny one: transformers'
+    de-quantisation and shard-writing bars landed in that command's stderr (a one-line error was then six lines, and
+    a test that counts them passed or failed by which test had built the cache first)."""
+    import os
+    import subprocess
+    import sys
+
+    script = "from eppo_train.policy.models import tiny_model_dir\nprint(tiny_model_dir())\n"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                           env={**env, "EPPO_CACHE_DIR": str(tmp_path / "cache")})
+    assert built.returncode == 0 and built.stderr == "", built.stderr[-2000:]
+    assert (tmp_path / "cache" / "models" / "smollm2-135m-instruct" / "model.safetensors").exists()
+    assert built.stdout.strip() == str(tmp_path / "cache" / "models" / "tiny-llama-smollm2-tok")
+
+
 def test_request_seeds_never_repeat_across_a_rollouts_turns():
     """The rollout samples turn t with seed + t and a batched backend seeds request i from that: `seed + i` would
     give turn t's request i + 1 the very stream of turn t + 1's request i."""

@@ -34,7 +34,10 @@ class RemoteEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.observation_space = observation_space()
         self.action_space = action_space()
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, trust_env=False)  # loopback: no proxies
+        # Idle connections are dropped here after 20 s, well before the server's 60 s (server.KEEP_ALIVE_S): a request
+        # sent on a connection the server is closing at that moment would be lost.
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, trust_env=False,  # loopback: no proxies
+                                  limits=httpx.Limits(keepalive_expiry=20.0))
         try:
             self.info = self._call("GET", "/task")
         except Exception:

@@ -73,9 +73,25 @@ def task_info(env_id: str) -> dict[str, Any]:
     }
 
 
+# An oversized body is read and thrown away up to this many bytes before the 413 goes out. A client that writes its
+# whole body before it reads (Python's http.client and urllib, most scripts) then reads the 413 instead of a reset
+# connection: closing a socket with unread bytes in it makes the kernel send RST, and the reply is lost with it.
+# Beyond this, reading on costs the server more than a reset costs such a client.
+DRAIN_BYTES = 64 << 20
+
+
+# How long an idle HTTP connection stays open. A request that reaches a connection the server is closing as idle is
+# lost (the client sees ECONNRESET), and a busy server closes late, on requests already sent: with uvicorn's 5 s, an
+# agent whose model thinks ~5 s between steps met it. Longer than most such pauses; `connect`'s client drops its
+# idle connections after 20 s, well before the server would.
+KEEP_ALIVE_S = 60
+
+
 class _BodyLimit:
     """ASGI middleware: a request body over the limit gets 413 before the app parses any of it. A declared
-    Content-Length is checked up front; a chunked body is read (up to the limit) and then handed on."""
+    Content-Length is checked up front; a chunked body is read (up to the limit) and then handed on. The refused
+    body is drained (up to `DRAIN_BYTES`) so that the client reads the 413; a client that waits for
+    `100 Continue` is answered at once and never sends it."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -84,9 +100,12 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await self._refuse(scope, receive, send)
+            waits = headers.get(b"expect", b"").lower() == b"100-continue"  # nothing sent until we ask for it
+            drain = not waits and length.isdigit() and int(length) <= DRAIN_BYTES
+            await self._refuse(scope, receive, send, read=0, more=True, drain=drain)
             return
         chunks, size, more = [], 0, True
         while more:
@@ -97,7 +116,7 @@ class _BodyLimit:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             if size > self.limit:
-                await self._refuse(scope, receive, send)
+                await self._refuse(scope, receive, send, read=size, more=more, drain=True)
                 return
         body, replayed = b"".join(chunks), False
 
@@ -110,9 +129,56 @@ class _BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: dict, receive: Any, send: Any) -> None:
+    async def _refuse(self, scope: dict, receive: Any, send: Any, read: int, more: bool, drain: bool) -> None:
+        while drain and more and read <= DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: nobody to answer
+                return
+            read += len(message.get("body", b""))
+            more = message.get("more_body", False)
         message = f"request body over {self.limit} bytes; replies longer than 64 KiB are clipped anyway"
-        await JSONResponse({"detail": message}, status_code=413)(scope, receive, send)
+        # A body left unread ends the connection: the server stops reading it, and the client learns not to reuse it.
+        headers = {"connection": "close"} if more else None
+        await JSONResponse({"detail": message}, status_code=413, headers=headers)(scope, receive, send)
+
+
+class _HangUps:
+    """ASGI middleware: a WebSocket client that hangs up (closes, or just drops the connection) is one line on
+    stderr. Without it, OpenEnv's handler closes the socket the client already closed, Starlette raises
+    WebSocketDisconnect from that close, and uvicorn prints the whole traceback for every hang-up. Sends after the
+    hang-up go nowhere, so they are dropped here; the session is closed by the handler as before."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        code: int | None = None
+
+        async def watched_receive() -> dict:
+            nonlocal code
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                code = message.get("code", 1005)
+            return message
+
+        async def guarded_send(message: dict) -> None:
+            nonlocal code
+            if code is not None:
+                return
+            try:
+                await send(message)
+            except OSError:  # uvicorn's ClientDisconnected: the connection is gone before we heard of it
+                code = 1006
+
+        await self.app(scope, watched_receive, guarded_send)
+        if code is not None:
+            client = scope.get("client") or ("?", 0)
+            who = "the server is stopping" if code == 1012 else "the client hung up"
+            print(f"websocket {client[0]}:{client[1]} {scope.get('path', '')}: {who} (code {code}); "
+                  "its session is closed", file=sys.stderr, flush=True)
 
 
 def build_app(config: ServerConfig) -> FastAPI:
@@ -143,6 +209,7 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     app.router.on_shutdown.append(_close_all)
     app.add_middleware(_BodyLimit, limit=config.max_request_bytes)
+    app.add_middleware(_HangUps)
     return app
 
 
@@ -232,6 +299,7 @@ def serve(config: ServerConfig) -> None:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {config.env_id} at http://{shown}:{port} (max {config.max_sessions} sessions)", flush=True)
-    uv = uvicorn.Config(app, log_level="warning", ws_max_size=config.max_request_bytes, timeout_graceful_shutdown=10)
+    uv = uvicorn.Config(app, log_level="warning", ws_max_size=config.max_request_bytes, timeout_graceful_shutdown=10,
+                        timeout_keep_alive=KEEP_ALIVE_S)
     _Server(uv).run(sockets=[sock])
     print(f"stopped {config.env_id}", file=sys.stderr, flush=True)

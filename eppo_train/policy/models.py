@@ -8,7 +8,9 @@ nothing is ever fetched from a hub unless the caller passes a hub id and sets HF
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import pickle
 from collections.abc import Iterator
@@ -74,11 +76,17 @@ def gguf_path() -> Path:
 def _convert_default(out: Path) -> None:
     """GGUF -> safetensors + tokenizer (with its chat template), written to `out`."""
     _offline()
+    _no_weight_bars()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+    # The de-quantisation bar is a bare tqdm that no transformers or hub switch turns off: the first command to need
+    # the model (a one-line error, a run's progress lines, `make train`'s log) would carry it. It is kept only for
+    # whoever asked for the library's bars (HF_HUB_DISABLE_PROGRESS_BARS=0).
+    shown = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1").upper() not in {"1", "ON", "YES", "TRUE"}
+    with contextlib.nullcontext() if shown else contextlib.redirect_stderr(io.StringIO()):
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
     # The GGUF weights were dequantised on load; the saved model is a plain fp32 model, so it must not claim to be
     # quantised (save_pretrained would otherwise refuse or write a config that reloads through the GGUF path).
     model.hf_quantizer = None
@@ -102,6 +110,7 @@ def default_model_dir() -> Path:
 def _build_tiny(out: Path) -> None:
     """A 2-layer, 64-wide Llama with random (seeded) weights and the SmolLM2 tokenizer: fast tests, `--config tiny`."""
     _offline()
+    _no_weight_bars()
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
