@@ -166,7 +166,9 @@ def train_sft(model: torch.nn.Module, samples: list[Sample], steps: int, lr: flo
 # ---------------------------------------------------------------------------- the stage
 # task settings that never reach the SFT stage (it imitates the experts; the reward RL trains on is not used):
 # left out of the cache key, so adding one does not move the cached model, nor the study's committed start model
-_NOT_SFT_KEYS = frozenset({"train_reward"})
+# RL-only task settings: the expert's demonstrations do not depend on them, so they stay out of the cache key
+_NOT_SFT_KEYS = frozenset({"train_reward", "group_size", "temperature", "top_p", "min_p", "loss_weight", "advantage",
+                           "min_signal_groups"})
 
 
 def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
@@ -175,7 +177,10 @@ def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
         s.pop("tasks_from", None)  # unset: the key of every setting cached before the field existed
     tasks = [{k: v for k, v in to_dict(x.cfg).items() if k not in _NOT_SFT_KEYS
               and (k != "max_new_tokens" or v is not None)} for x in slots]
-    parts = [cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks]
+    rollout = to_dict(cfg.rollout)
+    if not rollout.get("min_p"):
+        rollout.pop("min_p", None)  # off: the key of every setting cached before the field existed
+    parts = [cfg.model.name, s, cfg.run.seed, rollout, tasks]
     if cfg.env.action_format != "tags":  # demos in another format; the tags format keeps every cached key
         parts.append({"action_format": cfg.env.action_format})
     key = json.dumps(parts, sort_keys=True, default=str)

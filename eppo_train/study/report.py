@@ -55,8 +55,9 @@ class Paired:
 def _ms(values: list[float]) -> str:
     if not values:
         return "–"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.2f} ± {sd:.2f}"
+    if len(values) == 1:  # one seed has no spread to show
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def _success(run: dict, task: str) -> float:
