@@ -248,6 +248,7 @@ class Trainer:
             "iteration_time_s": time.perf_counter() - t0,
             **{f"adv_{k}": v for k, v in adv.stats.items()},
             **(report.metrics if report is not None else {}),
+            **workers.last_sync,  # the weight sync's bytes and seconds
             **network_metrics(pool, workers),
         }
         step = it + 1

@@ -1,5 +1,6 @@
-"""The GPU check behind `scripts/gpu_check.sh`: learner and generation throughput on a random ~0.5B model, then a
-short `eppo-train` run, on a bare CUDA machine (torch + transformers only, nothing to download).
+"""The GPU check behind `scripts/gpu_check.sh`: learner and generation throughput on a random ~0.5B model, the
+sharded learner (FSDP2) at the machine's GPU count, then a short `eppo-train` run, on a bare CUDA machine (torch +
+transformers only, nothing to download).
 
     python -m eppo_train.benchmarks.gpu_check [--cpu]       # the check (--cpu: a dry run with tiny sizes, for the test suite)
     python -m eppo_train.benchmarks.gpu_check bundle DIR    # what the bare machine lacks for the eppo-train part (< 64 MiB)
@@ -152,35 +153,37 @@ def learner_flops(sizes: Sizes, non_embedding: int, tokens: int, masked: int) ->
     return 4 * forward
 
 
-def bench_learner(sizes: Sizes, device: str, model: PreTrainedModel) -> dict:
-    """Time `Learner.train_step` (the EPPO loss, bf16 autocast on CUDA) on random rollouts."""
+def _batch(sizes: Sizes, seed: int = 0) -> list[Sample]:
+    """Random rollouts: each sequence half prompt, half the response the loss trains."""
     import random
 
+    rng = random.Random(seed)
+    half = sizes.seq_len // 2
+    out = []
+    for i in range(sizes.seqs):
+        ids = [rng.randrange(2, sizes.vocab) for _ in range(sizes.seq_len)]
+        mask = [0] * half + [1] * (sizes.seq_len - half)
+        out.append(Sample(task=("a", "b")[i % 2], group_id=f"g{i // 4}", episode_id=f"e{i}", turn_index=-1,
+                          input_ids=ids, loss_mask=mask, old_logprobs=[-11.0 * m for m in mask],
+                          reward=float(i % 2), advantage=1.0 if i % 2 else -1.0))
+    return out
+
+
+def bench_learner(sizes: Sizes, device: str, model: PreTrainedModel) -> dict:
+    """Time `Learner.train_step` (the EPPO loss, bf16 autocast on CUDA) on random rollouts."""
     from eppo_train.learner.learner import Learner
 
     # bf16 autocast on CPU too (--cpu), so the dry run takes the same autocast path the GPU always takes
     lc = LearnerConfig(lr=1e-6, micro_batch_tokens=sizes.micro_batch_tokens, bf16_autocast_cpu=True)
     cfg = Config(run=RunConfig(seed=0), learner=lc)
     learner = Learner(cfg, model=model, device=device)
-    rng = random.Random(0)
     half = sizes.seq_len // 2
-
-    def batch() -> list:
-        out = []
-        for i in range(sizes.seqs):
-            ids = [rng.randrange(2, sizes.vocab) for _ in range(sizes.seq_len)]
-            mask = [0] * half + [1] * (sizes.seq_len - half)  # prompt, then the response the loss trains
-            out.append(Sample(task=("a", "b")[i % 2], group_id=f"g{i // 4}", episode_id=f"e{i}", turn_index=-1,
-                              input_ids=ids, loss_mask=mask, old_logprobs=[-11.0 * m for m in mask],
-                              reward=float(i % 2), advantage=1.0 if i % 2 else -1.0))
-        return out
-
-    learner.train_step(batch())  # warm-up: CUDA kernels, allocator
+    learner.train_step(_batch(sizes))  # warm-up: CUDA kernels, allocator
     _sync(device)
     _reset_peak(device)
     losses, t0 = [], time.perf_counter()
-    for _ in range(sizes.steps):
-        losses.append(learner.train_step(batch()).metrics["loss"])
+    for step in range(sizes.steps):
+        losses.append(learner.train_step(_batch(sizes, step + 1)).metrics["loss"])
     _sync(device)
     elapsed = time.perf_counter() - t0
     tokens = sizes.seqs * sizes.seq_len * sizes.steps
@@ -216,6 +219,68 @@ def bench_generation(sizes: Sizes, device: str, model: PreTrainedModel, tokenize
     new = sum(len(g.token_ids) for g in out)
     policy.close()
     return {"tokens_per_s": new / elapsed, "new_tokens": new, "peak_gib": _peak_gib(device), "seconds": elapsed}
+
+
+def _sharded_rank(rank: int, world: int, address: str, cpu: bool, out: str) -> None:
+    """One rank of `bench_sharded`, in its own process: a gloo (CPU) or NCCL group, the Learner sharded by FSDP2."""
+    import torch
+
+    from eppo_train.learner.distributed import Group
+    from eppo_train.learner.learner import Learner
+
+    sizes = CPU if cpu else GPU
+    device = "cpu"
+    if not cpu:
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    group = Group(rank, world, address, backend="gloo" if cpu else "nccl")
+    try:
+        lc = LearnerConfig(lr=1e-6, micro_batch_tokens=sizes.micro_batch_tokens, bf16_autocast_cpu=True,
+                           activation_checkpointing=True)
+        learner = Learner(Config(run=RunConfig(seed=0), learner=lc), model=random_model(sizes, device), device=device,
+                          group=group)
+        batch = _batch(sizes)
+        learner.train_step(batch)  # warm-up
+        _sync(device)
+        _reset_peak(device)
+        t0 = time.perf_counter()
+        losses = [learner.train_step(batch).metrics["loss"] for _ in range(sizes.steps)]
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+        if rank == 0:
+            tokens = sizes.seqs * sizes.seq_len * sizes.steps
+            Path(out).write_text(json.dumps({"world": world, "tokens_per_s": tokens / elapsed, "losses": losses,
+                                             "loss_finite": all(math.isfinite(v) for v in losses),
+                                             "peak_gib": _peak_gib(device), "seconds": elapsed}))
+    finally:
+        group.close()
+
+
+def bench_sharded(cpu: bool) -> dict:
+    """`Learner.train_step` sharded over every GPU (2 ranks over gloo for the dry run), spawned processes."""
+    import multiprocessing
+
+    import torch
+
+    from eppo_train.learner.distributed import free_address
+
+    world = 2 if cpu else torch.cuda.device_count()
+    with tempfile.TemporaryDirectory(prefix="eppo-gpu-check-fsdp-") as tmp:
+        out = Path(tmp) / "rank0.json"
+        ctx = multiprocessing.get_context("spawn")
+        address = free_address()
+        procs = [ctx.Process(target=_sharded_rank, args=(r, world, address, cpu, str(out))) for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(240)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        if not out.is_file():
+            return {"ok": False, "world": world, "why": f"exit codes {[p.exitcode for p in procs]}"}
+        report = json.loads(out.read_text())
+    return {**report, "ok": report["loss_finite"], "why": "" if report["loss_finite"] else "a loss is not finite"}
 
 
 def short_train(cpu: bool, out: Path) -> dict:
@@ -273,11 +338,16 @@ def run_check(cpu: bool, skip_train: bool = False) -> tuple[int, dict]:
     print(f"HF generation (bf16, {sizes.gen_prompts} prompts x {sizes.gen_prompt_len} tokens, up to "
           f"{sizes.gen_new_tokens} new): {gen['tokens_per_s']:,.0f} new tokens/s ({gen['new_tokens']} tokens)"
           f"{_peak_text(gen['peak_gib'])}", flush=True)
+    sharded = bench_sharded(cpu)
+    print(f"sharded learner (FSDP2, {sharded['world']} ranks, activation checkpointing): "
+          + (f"{sharded['tokens_per_s']:,.0f} tokens/s; losses finite: {sharded['loss_finite']}"
+             f"{_peak_text(sharded['peak_gib'])}" if sharded["ok"] else f"FAILED ({sharded['why']})"), flush=True)
     loaded = sorted(m for m in ("gymnasium", "ray", "vllm") if sys.modules.get(m) is not None)
     print(f"modules loaded by the timed part beyond torch/transformers: {', '.join(loaded) or 'none'}", flush=True)
     del model
-    report = {"device": name, "matmul_flops_per_s": rate, "learner": lrn, "generation": gen, "foreign": loaded}
-    ok = lrn["loss_finite"] and not loaded
+    report = {"device": name, "matmul_flops_per_s": rate, "learner": lrn, "generation": gen, "sharded": sharded,
+              "foreign": loaded}
+    ok = lrn["loss_finite"] and sharded["ok"] and not loaded
     if not skip_train:
         with tempfile.TemporaryDirectory(prefix="eppo-gpu-check-") as tmp:
             train = short_train(cpu, Path(tmp))

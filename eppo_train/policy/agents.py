@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eppo_envs.core.registry import env_class
 from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
+from eppo_train.policy.engine import EngineGroup
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -76,7 +77,12 @@ class PolicyAgent(Agent):
 
     def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         prompts = [s.prompt_ids or [] for s in states]
-        gens = self.policy.generate(prompts, self.params, budgets=[s.budget for s in states])
+        budgets = [s.budget for s in states]
+        if isinstance(self.policy, EngineGroup):  # an episode (and its GRPO group) stays on one engine
+            keys = [(s.task, s.env_id, s.seed) for s in states]
+            gens = self.policy.generate_for(keys, prompts, self.params, budgets=budgets)
+        else:
+            gens = self.policy.generate(prompts, self.params, budgets=budgets)
         return [Action(g.text, g.token_ids, g.logprobs, g.finished) for g in gens]
 
 
