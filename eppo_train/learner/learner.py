@@ -1,6 +1,7 @@
 """The learner: log-probs and entropies of the sampled tokens, the chosen loss, AdamW, checkpoints.
 
-One `train_step(samples)` per iteration:
+One `train_step(samples)` per iteration (pass 1 is skipped when it could only repeat pass 2's first log-probs:
+one optimizer step from the sampling weights with unpaced bounds, no KL reference, no frozen cache):
   1. a no-grad pass recomputes the old log-probs with the training model (bf16 sampling drifts from fp32, see
      docs/design.md) and the token entropies that give each task's H_k; the pacer turns them into per-task bounds.
      It runs the very micro-batches of the first epoch's optimizer passes (drawn first), so under bf16 autocast,
@@ -421,6 +422,14 @@ class Learner:
         first = self._epoch_plan(samples)
         batches = [[mb[j] for j in idx] for mb, micro in first for idx in micro]
         self._bounds: dict[str, tuple[float, float]] = {}
+        # One optimizer step on the batch from the weights that sampled it, bounds that do not depend on this batch's
+        # entropies, no reference and no frozen-layer cache: the no-grad pass would recompute exactly the
+        # log-probs the optimizer pass computes before its step (ratio 1), so the optimizer pass supplies the old
+        # log-probs (detached) and the entropies itself, and pass 1 is skipped (as TRL does with one iteration).
+        one_pass = (lc.epochs == 1 and len(first) == 1 and not self.spec.paced and self.cfg.algo.kl_coef <= 0
+                    and len(self.history) == 1 and self.cache_from is None and lc.recompute_old_logprobs)
+        if one_pass:
+            batches = []
 
         # 1. no-grad pass: old log-probs under the training model, entropies (H_k), reference log-probs
         ent_sum: dict[str, float] = defaultdict(float)
@@ -458,7 +467,7 @@ class Learner:
         self.model.train()
         if self.cache_from is None or not self._cache_checked:
             cached.clear()
-        if g.sharded:
+        if g.sharded and not one_pass:
             # every rank's pacer steps on the global entropies; later epochs move rows between ranks, which then
             # need the old and reference log-probs another rank computed
             ent_sum, tok, ref_kl_sum = self._reduce_tasks(tasks, ent_sum, tok, ref_kl_sum)
@@ -467,10 +476,11 @@ class Learner:
                 ref_lp = {i: v for part in g.gather(ref_lp) for i, v in part.items()}
         if fresh_old:
             samples = [replace(s, old_logprobs=fresh_old.get(i, s.old_logprobs)) for i, s in enumerate(samples)]
-        entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
-        pace = self.pacer.update(entropy)
-        if self.spec.paced:
-            self._bounds = dict(pace.bounds)
+        if not one_pass:
+            entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
+            pace = self.pacer.update(entropy)
+            if self.spec.paced:
+                self._bounds = dict(pace.bounds)
 
         # 2. optimizer steps
         acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -487,7 +497,13 @@ class Learner:
                         continue
                     rows = [mb[j] for j in idx]
                     b = self._pad(samples, rows)
-                    lp, _ = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
+                    lp, ent = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
+                    if one_pass:
+                        b["old"] = lp.detach() * b["mask"]
+                        for r, i in enumerate(rows):
+                            m = b["mask"][r]
+                            ent_sum[samples[i].task] += float((ent[r] * m).sum())
+                            tok[samples[i].task] += float(m.sum())
                     ref = None
                     if self.cfg.algo.kl_coef > 0:
                         ref = torch.zeros_like(lp)
@@ -514,6 +530,11 @@ class Learner:
         if g.sharded:
             losses = g.sum(torch.tensor(losses, dtype=torch.float64)).tolist()
             acc = self._reduce_acc(tasks, acc)
+        if one_pass:  # the entropies came from the optimizer pass; the pacer only tracks them (bounds unpaced)
+            if g.sharded:
+                ent_sum, tok = self._reduce_tasks(tasks, ent_sum, tok)
+            entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
+            pace = self.pacer.update(entropy)
         self.step += 1
         self.history.append(self._own_weights())
         elapsed = time.perf_counter() - t0
