@@ -236,8 +236,11 @@ def test_plan_command_prints_the_verdict(capsys):
                      "learner.activation_checkpointing=true"]) == 0
     out = capsys.readouterr().out
     assert "fits on 80 GiB" in out and "optimizer" in out
-    assert cli_main(["plan", "--model", "qwen2.5-7b", "--gpus", "1"]) == 0
+    # the default config trains the top 6 blocks only (which fits); a full fine-tune of 7B on one GPU does not
+    assert cli_main(["plan", "--model", "qwen2.5-7b", "--gpus", "1", "--set", "learner.train_top_layers=0"]) == 0
     assert "does NOT fit" in capsys.readouterr().out
+    assert cli_main(["plan", "--model", "qwen2.5-7b", "--gpus", "1", "--lora"]) == 0
+    assert "fits on 80 GiB" in capsys.readouterr().out
     assert cli_main(["plan", "--model", "/nonexistent/model"]) == 2
 
 
