@@ -49,7 +49,7 @@ eval: install  ## evaluate the latest runs/ checkpoint (or the default model) on
 bench: install  ## measure env, sandbox, retriever, rollout and learner throughput; writes bench/results.json
 	$(PY) -m eppo_train.benchmarks $(ARGS)
 
-experiment: install  ## the EPPO study: runs without a result file in docs/results/study/, then docs/results/study.md (resumable; many hours on CPU)
+experiment: install  ## the EPPO study (the pace testbed, then the suite): runs without a result file in docs/results/study/, then docs/results/study.md (resumable; many hours on CPU)
 	$(PY) -m eppo_train.cli study $(ARGS)
 
 experiment-quick: install  ## the same machinery with a tiny model, in minutes (output under runs/study-study-quick/)

@@ -22,13 +22,14 @@ import yaml
 
 from eppo_envs.core import TaskError
 from eppo_envs.core.pipes import stdout_closed
-from eppo_train.config import ConfigError, describe, load_config, load_run_config, to_dict
+from eppo_train.config import Config, ConfigError, describe, load_config, load_run_config, to_dict
 from eppo_train.eval.group_signal import measure, measure_eval, table
 from eppo_train.learner.sizing import plan as size_plan
 from eppo_train.learner.sizing import read_shape, render
 from eppo_train.pipeline import default_run_dir, run_pipeline
 from eppo_train.policy.engine import EngineError
 from eppo_train.policy.models import ModelNotFoundError, check_model
+from eppo_train.policy.tool_calls import check_tool_template
 from eppo_train.report.plots import plot_run
 from eppo_train.report.progress import Progress, RLWatcher
 from eppo_train.report.ticks import listen
@@ -36,7 +37,16 @@ from eppo_train.rollout.task_slots import prepare_tasks
 from eppo_train.runtime import interrupt
 from eppo_train.runtime.interrupt import WorkerLost, guard, lost_line
 from eppo_train.runtime.ray_cluster import init_ray
-from eppo_train.study.plan import ABLATIONS, DEFAULT_ALGOS, StudyPaths, make_plan
+from eppo_train.study.plan import (
+    ABLATIONS,
+    DEFAULT_ALGOS,
+    OFFICIAL,
+    STUDY_REPORT,
+    OfficialStudy,
+    StudyPaths,
+    make_plan,
+    official,
+)
 from eppo_train.study.record import ResultError
 from eppo_train.study.report import write_report
 from eppo_train.study.runner import run_study
@@ -133,7 +143,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         # a wrong model.name now, before a local Ray starts (after it, with sft.steps=0, Ray's log of the
         # cancelled actors would follow the line); after the address check, which builds nothing
-        check_model(cfg.model.name)
+        _check_model(cfg)
     # the stages: the SFT warm start (cached), then RL from its model; each with its progress lines on stderr
     progress = Progress(["sft", "rl"], [t.id for t in cfg.env.tasks])
     try:
@@ -198,11 +208,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- sft, pipeline
-def _config_args(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--config", default=default, help=f"a shipped config name or a YAML path (default: {default})")
+def _config_args(p: argparse.ArgumentParser, default: str | None, default_text: str | None = None) -> None:
+    p.add_argument("--config", default=default, help="a shipped config name or a YAML path (default: "
+                   f"{default_text or default})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key (repeatable)")
     p.add_argument("--model", help="the model to start from: smollm2 (default), tiny, or a local HF folder")
+
+
+def _check_model(cfg: Config) -> None:
+    """`check_model`, and in the tools format that the model's chat template declares tools (one line if not)."""
+    check_model(cfg.model.name)
+    if cfg.env.action_format == "tools":
+        check_tool_template(cfg.model.name)
 
 
 def _load(args: argparse.Namespace, config: str | None = None, saved: Path | None = None):
@@ -224,7 +242,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if cfg.sft.steps < 1:
         return _error("sft.steps is 0: nothing to train (--set sft.steps=N)")
 
-    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up and expert demos
+    _check_model(cfg)  # a wrong --model now, not after the tasks' set-up and expert demos
 
     def on_step(i: int, loss: float) -> None:
         interrupt.set_where(0, f"SFT step {min(i + 2, cfg.sft.steps)}/{cfg.sft.steps}")  # the step now running
@@ -259,6 +277,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(cfg)
     if cfg.rollout.group_size < 2:  # found by the RL stage only after the evaluation and SFT stages
         return _error(_one_sample_groups(cfg.rollout.group_size))
+    if cfg.env.action_format == "tools" and not args.resume:
+        _check_model(cfg)  # a template without tools now, not after the base model's evaluation
 
     def hint() -> str:
         if (run_dir / "config.yaml").is_file():
@@ -292,7 +312,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
         return _error("--temperatures must be > 0 and --batches at least 1")
     cfg = _load(args)
 
-    check_model(cfg.model.name)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
+    _check_model(cfg)  # a wrong --model now, not after the tasks' set-up (~10-20 s: ALFWorld, WebShop)
     # One engine pass can take minutes on CPU: the agent loop's ticks give episodes done, tokens/s and a heartbeat
     progress = Progress(["signal"], [])
     progress.start("signal")
@@ -342,66 +362,88 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- study, study-report
-STUDY_RESULTS = Path("docs/results/study")  # `make experiment`: result files committed as they land
-STUDY_REPORT = Path("docs/results/study.md")
 
 
 def add_study(p: argparse.ArgumentParser) -> None:
-    _config_args(p, "study")
+    _config_args(p, None, "every committed study in order: " + ", ".join(s.config for s in OFFICIAL))
     p.add_argument("--quick", action="store_true", help="the tiny-model study (config study-quick): minutes")
     p.add_argument("--algos", help="comma list of losses (default: grpo,dapo,eppo,clip_cov; quick: grpo,dapo,eppo)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per loss (default 3)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds 0..N-1 per loss (default: the study's own, e.g. 10 on the testbed, 3 on the suite)")
     p.add_argument("--ablations", default=None,
-                   help="comma list of EPPO ablations, 'all' or 'none' (default: all; quick: none)")
-    p.add_argument("--ablation-seeds", type=int, default=1, help="seeds per ablation (default 1)")
+                   help="comma list of EPPO ablations, 'all' or 'none' (default: the study's own; quick: none)")
+    p.add_argument("--ablation-seeds", type=int, default=None, help="seeds per ablation (default: the study's own)")
     p.add_argument("--sft", metavar="DIR", help="start every run from this model folder (e.g. a make-train "
                    "run's sft/) instead of the config's cached SFT warm start")
     p.add_argument("--out", help="scratch folder for the runs (default: runs/study-<config name>)")
-    p.add_argument("--results", help="result files (default: docs/results/study for the study config "
+    p.add_argument("--results", help="result files (default: docs/results/study/<study> for a committed study "
                    "without --set or --model, else <out>/results)")
-    p.add_argument("--report", help="the report (default: docs/results/study.md for the study config "
-                   "without --set or --model, else <out>/study.md)")
+    p.add_argument("--report", help="the report (default: docs/results/study.md for the committed studies, else "
+                   "<out>/study.md)")
 
 
-def cmd_study(args: argparse.Namespace) -> int:
+def _study_plan(args: argparse.Namespace, study: OfficialStudy | None) -> list | int:
     from eppo_train.algos.losses import LOSSES
 
-    config = "study-quick" if args.quick and args.config == "study" else args.config
-    cfg = _load(args, config)
     algos = args.algos.split(",") if args.algos else list(DEFAULT_ALGOS[:3] if args.quick else DEFAULT_ALGOS)
     unknown = [a for a in algos if a not in LOSSES]
     if unknown:
         return _error(f"--algos: unknown loss {unknown[0]!r} (known: {', '.join(LOSSES)})")
-    if args.seeds < 1 or args.ablation_seeds < 1:
+    seeds = args.seeds if args.seeds is not None else study.seeds if study else 3
+    ablation_seeds = (args.ablation_seeds if args.ablation_seeds is not None
+                      else study.ablation_seeds if study and study.ablation_seeds else 1)
+    if seeds < 1 or ablation_seeds < 1:
         return _error("--seeds and --ablation-seeds must be at least 1")
-    spec = args.ablations if args.ablations is not None else ("none" if args.quick else "all")
+    default = "none" if args.quick or (study and not study.ablations) else "all"
+    spec = args.ablations if args.ablations is not None else default
     ablations = [] if spec == "none" else list(ABLATIONS) if spec == "all" else spec.split(",")
-    plan = make_plan(algos, args.seeds, ablations, args.ablation_seeds)
-    out = Path(args.out) if args.out else Path("runs") / f"study-{Path(config).stem}"
-    official = config == "study" and not args.model and not args.overrides  # the study the report is about
-    results = Path(args.results) if args.results else STUDY_RESULTS if official else out / "results"
-    report = Path(args.report) if args.report else STUDY_REPORT if official else out / "study.md"
+    return make_plan(algos, seeds, ablations, ablation_seeds)
 
-    try:
-        path = run_study(cfg, plan, StudyPaths(out, results, report), f"{PROG} {shlex.join(_argv)}", args.sft)
-    except ResultError as exc:
-        return _error(str(exc))
-    print(f"report written to {path}")
+
+def cmd_study(args: argparse.Namespace) -> int:
+    if args.config is None and not args.quick:  # `make experiment`: every committed study, in order
+        studies = list(OFFICIAL)
+    else:
+        config = "study-quick" if args.quick and args.config is None else args.config
+        studies = [official(config) or OfficialStudy(Path(config).stem, config, config, 3, 1)]
+    for study in studies:
+        cfg = _load(args, study.config)
+        committed = official(study.config) is not None and not args.model and not args.overrides
+        plan = _study_plan(args, study if committed else None)
+        if isinstance(plan, int):
+            return plan
+        out = Path(args.out) if args.out else Path("runs") / f"study-{Path(study.config).stem}"
+        results = Path(args.results) if args.results else study.results if committed else out / "results"
+        report = Path(args.report) if args.report else STUDY_REPORT if committed else out / "study.md"
+        sections = [(s.title, s.results) for s in OFFICIAL] if committed and not args.results else [
+            (study.title, results)]
+        try:
+            path = run_study(cfg, plan, StudyPaths(out, results, report), f"{PROG} {shlex.join(_argv)}", args.sft,
+                             sections=sections)
+        except ResultError as exc:
+            return _error(str(exc))
+        print(f"report written to {path}")
     return 0
 
 
 def add_study_report(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", default=str(STUDY_RESULTS), help=f"result files (default: {STUDY_RESULTS})")
-    p.add_argument("--out", default=None, help="the report (default: study.md beside the results folder)")
+    p.add_argument("--results", default=None,
+                   help="one study's result files (default: every committed study under docs/results/study/)")
+    p.add_argument("--out", default=None, help="the report (default: docs/results/study.md; with --results, "
+                   "study.md beside the results folder)")
 
 
 def cmd_study_report(args: argparse.Namespace) -> int:
-
-    results = Path(args.results)
-    # where `eppo-train study` writes it: <out>/results -> <out>/study.md, docs/results/study -> docs/results/study.md
-    out = Path(args.out) if args.out else results.parent / "study.md"
+    if args.results:
+        results = Path(args.results)
+        sections = [(results.name, results)]
+        # where `eppo-train study` writes it: <out>/results -> <out>/study.md
+        out = Path(args.out) if args.out else results.parent / "study.md"
+    else:
+        sections = [(s.title, s.results) for s in OFFICIAL]
+        out = Path(args.out) if args.out else STUDY_REPORT
     try:
-        path = write_report(results, out)
+        path = write_report(sections, out)
     except ResultError as exc:
         return _error(str(exc))
     print(f"report written to {path}")

@@ -32,6 +32,7 @@ CONTEXT_KINDS = ("full", "window")  # env.tasks[].context
 LOSS_AGGS = ("token_mean", "seq_mean")  # algo.loss_agg (losses.token_weights)
 BACKENDS = ("vllm", "hf")  # model.backend
 TRAIN_REWARDS = ("env", "won")  # env.tasks[].train_reward
+ACTION_FORMATS = ("tags", "tools")  # env.action_format (eppo_envs.core.tools.ACTION_FORMATS)
 
 
 @dataclass
@@ -69,6 +70,12 @@ class EnvConfig:
     imports: list[str] = setting(
         factory=list, help="modules that register user tasks (losses, estimators) first")
     num_workers: int = setting(1, help="env worker actors (Ray mode); instances are spread over them")
+    action_format: str = setting(
+        "tags",
+        help="how the model acts: 'tags', the tasks' own tags (<action>, <search>, ...) in plain text; 'tools', "
+        "function calls: each task's tools go to the chat template as tools=, the model's calls are read in "
+        "its template's syntax (Hermes/Qwen <tool_call>, Llama 3 JSON) and results come back as tool "
+        "messages (docs/models.md). Needs a model whose chat template declares tools")
 
 
 @dataclass
@@ -87,7 +94,7 @@ class ModelConfig:
     kv_cache_gb: float | str = setting(
         "auto",
         help="vLLM on CPU: KV-cache memory in GiB; auto: enough to keep every episode of a batch cached across "
-        "turns (policy/engine.py kv_cache_gib), within 40 % of the free memory")
+        "turns (policy/engine.py kv_cache_bytes), within 40 % of the free memory")
 
 
 @dataclass
@@ -500,6 +507,8 @@ def validate(cfg: Config) -> None:
         need(v is None or v >= 1, f"evaluation.{k}: must be >= 1 (or null: the rollout's), got {v}")
     need(cfg.evaluation.batch_size >= 1, f"evaluation.batch_size: must be >= 1, got {cfg.evaluation.batch_size}")
     need(cfg.env.num_workers >= 0, f"env.num_workers: must be >= 0, got {cfg.env.num_workers}")
+    need(cfg.env.action_format in ACTION_FORMATS,
+         f"env.action_format: one of {', '.join(ACTION_FORMATS)}, got {cfg.env.action_format!r}")
     need(cfg.run.save_every >= 1, f"run.save_every: must be >= 1, got {cfg.run.save_every}")
     need(cfg.run.keep_checkpoints >= 1, f"run.keep_checkpoints: must be >= 1, got {cfg.run.keep_checkpoints}")
     need(cfg.run.eval_every >= 0, f"run.eval_every: must be >= 0 (0: no evaluation during training), got "

@@ -28,6 +28,7 @@ from eppo_train.eval.fixed_set import evaluate_set, greedy_params
 from eppo_train.policy.agents import PolicyAgent
 from eppo_train.policy.engine import SharedEngine
 from eppo_train.policy.factory import PolicyOptions, make_policy
+from eppo_train.report import memory
 from eppo_train.report.progress import Progress, RLWatcher
 from eppo_train.report.summary import write_summary
 from eppo_train.report.ticks import listen
@@ -98,7 +99,9 @@ class Pipeline:
                     self.progress.skip(stage)
                     continue
                 self.progress.start(stage)
+                memory.ACCOUNT.open(stage)
                 result = getattr(self, f"_{stage}")()
+                result["memory"] = memory.in_gb(memory.ACCOUNT.close(stage))  # peak RSS per process, for summary.md
                 self._finish(stage, result)
                 self.progress.finish(stage, result.get("tasks"))
         finally:

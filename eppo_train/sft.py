@@ -175,7 +175,10 @@ def sft_key(cfg: Config, slots: list[TaskSlot]) -> str:
         s.pop("tasks_from", None)  # unset: the key of every setting cached before the field existed
     tasks = [{k: v for k, v in to_dict(x.cfg).items() if k not in _NOT_SFT_KEYS
               and (k != "max_new_tokens" or v is not None)} for x in slots]
-    key = json.dumps([cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks], sort_keys=True, default=str)
+    parts = [cfg.model.name, s, cfg.run.seed, to_dict(cfg.rollout), tasks]
+    if cfg.env.action_format != "tags":  # demos in another format; the tags format keeps every cached key
+        parts.append({"action_format": cfg.env.action_format})
+    key = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -222,7 +225,8 @@ def sft_source(cfg: Config, slots: list[TaskSlot]) -> tuple[Config, list]:
     if not cfg.sft.tasks_from:
         return replace(cfg, run=replace(cfg.run, seed=0)), slots
     base = load_config(cfg.sft.tasks_from)
-    src = replace(base, model=cfg.model, sft=replace(cfg.sft, tasks_from=""), run=replace(base.run, seed=0))
+    src = replace(base, model=cfg.model, sft=replace(cfg.sft, tasks_from=""), run=replace(base.run, seed=0),
+                  env=replace(base.env, action_format=cfg.env.action_format))
     return src, prepare_tasks(src)
 
 

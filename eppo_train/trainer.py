@@ -23,6 +23,7 @@ from eppo_train.config import Config, save_config
 from eppo_train.core.files import write_json_atomic, write_text_atomic
 from eppo_train.core.stats import rollout_metrics
 from eppo_train.eval.fixed_set import evaluate_set, evaluation_agent
+from eppo_train.report import memory
 from eppo_train.report.metrics import MetricsWriter
 from eppo_train.report.plots import plot_run
 from eppo_train.rollout.env_pool import LocalEnvPool, RayEnvPool
@@ -222,6 +223,7 @@ class Trainer:
 
             guidance = expert_guidance(result.samples, pool, workers.policy.tokenizer, rc, cfg.sft.max_reply_tokens)
             batch, guided = result.samples + guidance.samples, guidance.per_task
+            del guidance
         rollout_s = time.perf_counter() - t0
         adv = compute_advantages(training_rewards(batch, self.slots), cfg.algo.advantage, cfg.algo.scale_by_std,
                                  cfg.algo.filter_zero_variance, cfg.algo.advantage_options)
@@ -260,6 +262,9 @@ class Trainer:
         events = {}
         if report is not None and report.pace is not None:
             events = {"crossovers": [list(p) for p in report.pace.crossovers], "spikes": list(report.pace.spikes)}
+        del result, batch, adv, report  # the iteration's samples, before its memory is measured
+        memory.release()
+        scalars.update(memory.iteration_metrics())
         return metrics.log(step, scalars, tasks, events)
 
     def _evaluate(self, policy, step: int) -> dict:  # noqa: ANN001 (the generator's PolicyBackend)

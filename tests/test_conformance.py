@@ -40,3 +40,17 @@ def test_expert_wins(env_id):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_malformed_actions_never_crash(env_id):
     conformance.check_malformed(env_id, count=500)
+
+
+# The tools action format (docs/models.md): every built-in task declares its tools. The expert plays the same game
+# in both formats (same observations, rewards, ends and `won` at every step, so it wins in both), and hostile calls
+# (wrong name, bad JSON, extra arguments, a call inside <think>, several calls) are invalid with the tools how-to.
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_expert_plays_the_same_game_in_both_formats(env_id):
+    assert conformance.declares_tools(env_id)
+    conformance.check_formats_agree(env_id)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_malformed_tool_calls_never_crash(env_id):
+    conformance.check_malformed(env_id, count=500, action_format="tools")

@@ -108,9 +108,9 @@ def _episode(seed, won, split="eval", env_id="eppo/T"):
 
 def _no_model(monkeypatch):
     closer = SimpleNamespace(close=lambda: None)
-    monkeypatch.setattr("eppo_train.rollout.task_slots.prepare_tasks", lambda cfg: [_SLOT])
+    monkeypatch.setattr("eppo_train.eval.group_signal.prepare_tasks", lambda cfg: [_SLOT])
     monkeypatch.setattr("eppo_train.learner.workers.engine_spec", lambda cfg: None)
-    monkeypatch.setattr("eppo_train.policy.engine.make_engine", lambda spec: closer)
+    monkeypatch.setattr("eppo_train.eval.group_signal.make_engine", lambda spec: closer)
     return closer
 
 
@@ -133,8 +133,8 @@ def test_measure_eval_counts_signal_and_rescue_by_hand(monkeypatch):
         return SimpleNamespace(episodes=episodes, tokens_generated=0, timing={"wall_seconds": 1.0})
 
     _no_model(monkeypatch)
-    monkeypatch.setattr("eppo_train.eval.fixed_set.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
-    monkeypatch.setattr("eppo_train.eval.evaluation.evaluate", evaluate)
+    monkeypatch.setattr("eppo_train.eval.group_signal.eval_specs", lambda cfg, slots: [(Spec(), [_SLOT])])
+    monkeypatch.setattr("eppo_train.eval.group_signal.evaluate", evaluate)
     cfg = load_config("tiny", ["rollout.group_size=3"])
     assert measure_eval(cfg, [1.0], progress=lambda _: None) == [_EXPECTED]
 
@@ -162,12 +162,12 @@ def test_measure_counts_rescue_only_where_the_greedy_reply_loses(monkeypatch):
 
     closer = _no_model(monkeypatch)
     other = SimpleNamespace(label="u", env_id="eppo/U", cfg=SimpleNamespace(train_reward="won"))
-    monkeypatch.setattr("eppo_train.rollout.task_slots.prepare_tasks", lambda cfg: [_SLOT, other])
-    monkeypatch.setattr("eppo_train.rollout.env_pool.LocalEnvPool", lambda: closer)
-    monkeypatch.setattr("eppo_train.rollout.task_slots.train_problems",
+    monkeypatch.setattr("eppo_train.eval.group_signal.prepare_tasks", lambda cfg: [_SLOT, other])
+    monkeypatch.setattr("eppo_train.eval.group_signal.LocalEnvPool", lambda: closer)
+    monkeypatch.setattr("eppo_train.eval.group_signal.train_problems",
                         lambda cfg, slots, b, stream: [Problem(env, "train", seed) for env in wins for seed in wins[env]])
-    monkeypatch.setattr("eppo_train.rollout.task_slots.rollout_config", lambda cfg, slots, iteration: cfg.rollout)
-    monkeypatch.setattr("eppo_train.rollout.loop.run_rollout", run_rollout)
+    monkeypatch.setattr("eppo_train.eval.group_signal.rollout_config", lambda cfg, slots, iteration: cfg.rollout)
+    monkeypatch.setattr("eppo_train.eval.group_signal.run_rollout", run_rollout)
     cfg = load_config("tiny", ["rollout.group_size=3", "rollout.temperature=1.0"])
     assert measure(cfg, [1.0], batches=1, progress=lambda _: None) == [
         _EXPECTED, SignalRow("u", 1.0, 2, signal=0.0, rescue=0.0, success=0.0, greedy=1.0, reply_tokens=7.0)]

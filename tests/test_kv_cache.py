@@ -1,10 +1,10 @@
-"""The vLLM KV cache on CPU is sized to hold a whole batch of transcripts (policy/engine.py kv_cache_gib)."""
+"""The vLLM KV cache on CPU is sized to hold a whole batch of transcripts (policy/engine.py kv_cache_bytes)."""
 
 import pytest
 
 from eppo_train.config import ConfigError, load_config
 from eppo_train.policy import engine
-from eppo_train.policy.engine import EngineSpec, kv_cache_gib
+from eppo_train.policy.engine import EngineSpec, kv_cache_bytes
 
 GiB = 2**30
 
@@ -16,20 +16,19 @@ def plenty_of_memory(monkeypatch):
 
 def test_sized_by_sequences_tokens_and_value_bytes(plenty_of_memory):
     # SmolLM2-135M: 30 layers x 3 KV heads x head_dim 64, a key and a value: 11,520 values a token.
-    # float32: 80 sequences x 2048 tokens x 46,080 bytes = 7.03 GiB -> 8; bfloat16: half, 3.52 -> 4
-    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=2048, max_sequences=80)) == 8
-    assert kv_cache_gib(EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80)) == 4
-    # 64 x 2048 x 46,080 = 5.63 GiB -> 6
-    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=2048, max_sequences=64)) == 6
-    # the tiny model: 2 x 2 x 16 x 2 x 4 bytes = 512 bytes a token; 4 x 1024 tokens: 2 MiB -> at least 1 GiB
-    assert kv_cache_gib(EngineSpec("tiny", dtype="float32", max_model_len=1024, max_sequences=4)) == 1
+    # float32: 80 sequences x 2048 tokens x 46,080 bytes = 7.03 GiB exactly (was rounded up to 8); bfloat16: half
+    assert kv_cache_bytes(EngineSpec("default", dtype="float32", max_model_len=2048, max_sequences=80)) == 80 * 2048 * 46080
+    assert kv_cache_bytes(EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80)) == 80 * 2048 * 23040
+    assert kv_cache_bytes(EngineSpec("default", dtype="float32", max_model_len=2048, max_sequences=64)) == 64 * 2048 * 46080
+    # the tiny model: 2 x 2 x 16 x 2 x 4 bytes = 512 bytes a token; 4 x 1024 tokens: 2 MiB -> the 256 MiB floor
+    assert kv_cache_bytes(EngineSpec("tiny", dtype="float32", max_model_len=1024, max_sequences=4)) == 256 * 2**20
 
 
 def test_capped_by_available_memory(monkeypatch):
     monkeypatch.setattr(engine, "available_memory", lambda: 10 * GiB)
-    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=4096, max_sequences=80)) == 4  # 40 %
-    monkeypatch.setattr(engine, "available_memory", lambda: GiB)
-    assert kv_cache_gib(EngineSpec("default", dtype="float32", max_model_len=4096, max_sequences=80)) == 1
+    assert kv_cache_bytes(EngineSpec("default", dtype="float32", max_model_len=4096, max_sequences=80)) == 4 * GiB
+    monkeypatch.setattr(engine, "available_memory", lambda: GiB // 2)
+    assert kv_cache_bytes(EngineSpec("default", dtype="float32", max_model_len=4096, max_sequences=80)) == 256 * 2**20
 
 
 def test_available_memory_is_positive_and_below_the_total():
@@ -58,34 +57,36 @@ def test_bad_kv_cache_setting_is_one_line(value):
 
 def test_a_capped_cache_says_so_in_one_line(monkeypatch):
     """A cache smaller than the batch needs is slower and can flip near-tie greedy replies: the user is told."""
-    spec = EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80)  # needs 4 GiB
+    spec = EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80)  # needs 3.5 GiB
     monkeypatch.setattr(engine, "available_memory", lambda: 5 * GiB)
-    gib = kv_cache_gib(spec)
-    assert gib == 2
-    line = engine.kv_cache_warning(spec, gib)
+    size = kv_cache_bytes(spec)
+    assert size == 2 * GiB
+    line = engine.kv_cache_warning(spec, size)
     assert line is not None and "\n" not in line
-    assert line.startswith("warning: vLLM's KV cache is 2 GiB of the 4 GiB") and "model.kv_cache_gb" in line
-    assert engine.kv_cache_warning(spec, 4) is None and engine.kv_cache_warning(spec, 8) is None
+    assert line.startswith("warning: vLLM's KV cache is 2.0 GiB of the 3.5 GiB") and "model.kv_cache_gb" in line
+    need = 80 * 2048 * 23040
+    assert engine.kv_cache_warning(spec, need) is None and engine.kv_cache_warning(spec, 8 * GiB) is None
 
 
 def test_the_engine_start_prints_the_warning_only_for_a_capped_automatic_cache(monkeypatch, capsys):
     """The wiring in `_start_vllm`: an automatic cache capped by free memory sets vLLM's cache size and prints the
     one line; a size the user chose (model.kv_cache_gb) is taken without it. The engine itself is not started here
     (tests/test_vllm.py does that)."""
-    import eppo_train.policy.hosted as hosted_policy
-    import eppo_train.policy.vllm as vllm_policy
-
     started = []
-    for module, name in ((vllm_policy, "VLLMPolicy"), (hosted_policy, "HostedVLLMPolicy")):
-        monkeypatch.setattr(module, name, lambda *a, **k: started.append((a, k)) or object())
+    for name in ("VLLMPolicy", "HostedVLLMPolicy"):  # the names engine.py starts them by
+        monkeypatch.setattr(engine, name, lambda *a, **k: started.append((a, k)) or object())
     monkeypatch.setattr(engine, "available_memory", lambda: 5 * GiB)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "0")  # so that teardown restores what was there before
-    for chosen, expected_gib, warned in ((None, "2", True), (1.0, "1", False)):
-        monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    for chosen, expected, warned in ((None, 2 * GiB, True), (1.5, 3 * GiB // 2, False)):
         engine._start_vllm(EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80,
                                       kv_cache_gb=chosen))
         err = capsys.readouterr().err
-        assert engine.os.environ["VLLM_CPU_KVCACHE_SPACE"] == expected_gib
-        assert ("warning: vLLM's KV cache is 2 GiB of the 4 GiB" in err) is warned, err
+        assert started[-1][1]["kv_cache_memory_bytes"] == expected  # the engine's own argument, in bytes
+        assert "VLLM_CPU_KVCACHE_SPACE" not in engine.os.environ  # nothing left for a later engine to inherit
+        assert ("warning: vLLM's KV cache is 2.0 GiB of the 3.5 GiB" in err) is warned, err
     assert len(started) == 2
+    # a VLLM_CPU_KVCACHE_SPACE the user set is left to vLLM, which reads it over any argument
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    engine._start_vllm(EngineSpec("default", dtype="bfloat16", max_model_len=2048, max_sequences=80))
+    assert "kv_cache_memory_bytes" not in started[-1][1] and "warning" not in capsys.readouterr().err

@@ -6,7 +6,7 @@ from eppo_train.algos.pacing import EntropyPacer, PacingConfig
 
 
 def pacer(**kw):
-    cfg = PacingConfig(**{"warmup": 0, "beta": 0.9, "lam": 0.5, "alpha": 2.0, **kw})
+    cfg = PacingConfig(**{"warmup": 0, "beta": 0.9, "lam": 0.5, "alpha": 2.0, "reference": "mean", **kw})
     return EntropyPacer(cfg, eps_low=0.2, eps_high=0.28)
 
 
@@ -150,3 +150,73 @@ def test_a_checkpoint_from_before_the_per_task_warm_up_still_loads():
     q = pacer(warmup=1)
     q.load_state_dict(state)
     assert q.update({"a": 0.2, "b": 1.0}) == p.update({"a": 0.2, "b": 1.0})
+
+
+def test_references_against_hand_computed_scales():
+    import math
+
+    # two warm tasks, beta 0: the EMA is the batch's entropy. a = 0.1, b = 0.4 nats
+    h = {"a": 0.1, "b": 0.4}
+    mean = pacer(reference="mean", alpha=1.0).update(h)  # z_a = log(0.1 / 0.25)
+    assert mean.scale["a"] == pytest.approx(1 + 0.5 * math.tanh(math.log(0.4) / 2))
+    geo = pacer(reference="geomean", alpha=1.0).update(h)  # z_a = log 0.1 - (log 0.1 + log 0.4) / 2 = log(0.5)
+    assert geo.scale["a"] == pytest.approx(1 + 0.5 * math.tanh(math.log(0.5) / 2))
+    assert geo.scale["b"] == pytest.approx(1 + 0.5 * math.tanh(math.log(2.0) / 2))  # symmetric in log space
+    # self: the baseline is the EMA one batch behind; a steady task sits at c = 1, a collapsing one tightens
+    p = pacer(reference="self", alpha=1.0, beta=0.0, self_beta=0.0)
+    p.update({"a": 0.4, "b": 0.4})
+    step = p.update({"a": 0.1, "b": 0.4})  # a's baseline 0.4 -> z = log(0.25); b's 0.4 -> z = 0
+    assert step.scale["a"] == pytest.approx(1 + 0.5 * math.tanh(math.log(0.25) / 2))
+    assert step.scale["b"] == pytest.approx(1.0)
+    # pace: own changes against the mean change: a fell by log 4, b by log 2 -> z_a = -log 4 + (log 4 + log 2) / 2
+    p = pacer(reference="pace", alpha=1.0, beta=0.0, self_beta=0.0)
+    p.update({"a": 0.4, "b": 0.4})
+    step = p.update({"a": 0.1, "b": 0.2})
+    z_a = math.log(0.25) - (math.log(0.25) + math.log(0.5)) / 2
+    assert step.scale["a"] == pytest.approx(1 + 0.5 * math.tanh(z_a / 2))
+    assert step.scale["b"] == pytest.approx(1 + 0.5 * math.tanh(-z_a / 2))
+    assert step.scale["a"] < 1 < step.scale["b"]  # the faster collapse is tightened
+
+
+def test_all_tasks_equal_is_the_base_range_for_every_reference():
+    for reference in ("mean", "geomean", "self", "pace"):
+        p = pacer(reference=reference)
+        for _ in range(3):
+            step = p.update({"a": 0.3, "b": 0.3, "c": 0.3})
+        assert step.bounds == {t: pytest.approx((0.2, 0.28)) for t in "abc"}, reference
+
+
+def test_self_anchored_baseline_keeps_the_first_entropy():
+    p = pacer(reference="self", beta=0.0, self_beta=1.0)
+    p.update({"a": 0.8})
+    p.update({"a": 0.4})
+    p.update({"a": 0.2})
+    assert p.baseline["a"] == pytest.approx(0.8)
+
+
+def test_study_dynamics_count_by_the_fixed_definition():
+    from eppo_train.study.dynamics import count
+
+    # smoothing 0.5: t1 a 1.0 b 0.5; t2 a~ 0.7 (0.4) b~ 0.5 -> no flip; t3 a~ 0.4 (0.1) < b~ 0.5 -> crossover
+    # spikes: b at t3 is 0.5 against b~ 0.5 -> no; a at t4 1.0 > 1.5 * 0.4 -> spike
+    d = count([{"a": 1.0, "b": 0.5}, {"a": 0.4, "b": 0.5}, {"a": 0.1, "b": 0.5}, {"a": 1.0, "b": 0.5}])
+    assert d.crossover_steps == [3, 4] and d.spikes_by_task == {"a": 1}
+    assert (d.crossovers, d.spikes) == (2, 1)  # t4: a~ 0.7 > b~ 0.5 flips back
+
+
+def test_pacer_replay_tells_task_identity_from_following_entropy():
+    from eppo_train.algos.pacing import PacingConfig
+    from eppo_train.study.pacer_replay import response
+
+    # constant, different entropies: c_k is a constant per task (all of its variance is task identity)
+    steady = [[{"a": 0.1, "b": 0.4}] * 8]
+    r = response(steady, PacingConfig(warmup=0))
+    assert r.task_share == pytest.approx(1.0) and r.within_sd == pytest.approx(0.0) and r.order == 1.0
+    # a's entropy halves and recovers while b's stays: under the log-space reference c_a falls and rises with it
+    # (c_b moves the other way with b's entropy unchanged, which keeps the pooled correlation below 1)
+    moving = [[{"a": h, "b": 0.4} for h in (0.4, 0.2, 0.1, 0.2, 0.4, 0.2, 0.1, 0.2)]]
+    r = response(moving, PacingConfig(warmup=0, beta=0.0, reference="geomean"))
+    assert 0.5 < r.follow < 1 and r.within_sd > 0.05 and r.task_share < 0.9
+    # a self baseline with no change in the entropies leaves c at 1 throughout
+    flat = response(steady, PacingConfig(warmup=0, reference="self"))
+    assert flat.within_sd == pytest.approx(0.0)

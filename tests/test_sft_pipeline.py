@@ -117,6 +117,10 @@ def test_pipeline_writes_summary_with_three_stages(tmp_path: Path, capsys):
     assert list(state["done"]) == ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
     assert (run / "rl" / "metrics.jsonl").read_text().count("\n") == 1
     assert all((run / "evals" / f"{k}.json").exists() for k in ("base", "sft", "rl"))
+    # the memory account: each stage's peak RSS per process, in pipeline.json and summary.md (report/memory.py)
+    assert all(stage["memory"]["driver"] > 0.1 and stage["memory"]["total"] >= stage["memory"]["driver"]
+               for stage in state["done"].values())
+    assert "## Memory" in summary and "| eval_base |" in summary and "| rl |" in summary
     # SFT teaches the answer format: the easy task is won after it (and the random model never writes it)
     assert state["done"]["eval_sft"]["tasks"]["guess_small"]["success"] > state["done"]["eval_base"]["tasks"][
         "guess_small"]["success"]

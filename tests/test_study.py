@@ -35,6 +35,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     assert grpo["resumed_from_step"] == 1 and eppo["resumed_from_step"] == 0
     for rec, algo in ((grpo, "grpo"), (eppo, "eppo")):
         assert rec["algo"] == algo and rec["config"]["algo"]["name"] == algo and rec["command"] == "pytest"
+        assert rec["memory_peak_gb"]["total"] >= rec["memory_peak_gb"]["driver"] > 0.1  # the run's peak RSS
         assert [it["step"] for it in rec["iterations"]] == [1, 2]
         assert set(rec["iterations"][0]["tasks"]) == {"guess_small", "guess_large"}
         for v in rec["iterations"][-1]["tasks"].values():
@@ -56,8 +57,9 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     text = report.read_text()
     assert "| grpo | 0 |" in text and "| eppo | 0 |" in text and "mean − grpo" in text
     assert "| start model (before RL) |" in text and "mean − start" in text
-    assert "tokens clipped (%)" in text and "| grpo | " in text.split("How much the clip acted")[1]
-    assert all((report.parent / "figures" / f).stat().st_size > 0 for f in ("entropy.png", "success.png", "eps.png"))
+    assert "clipped at 1 − ε_low (%)" in text and "| grpo | " in text.split("How much the clip acted")[1]
+    assert all((report.parent / "figures" / f).stat().st_size > 0
+               for f in ("results-entropy.png", "results-success.png", "results-eps.png"))
 
     assert "Scored by earlier rewards" not in text
 
@@ -68,7 +70,7 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
 
     monkeypatch.setattr(GuessNumberEnv, "reward_changes", ("2026-12-07: a guess out of range loses",))
     shutil.rmtree(paths.work)
-    (report.parent / "figures" / "success.png").unlink()
+    (report.parent / "figures" / "results-success.png").unlink()
     capsys.readouterr()
     assert main(["study", "--quick", "--algos", "grpo,eppo", "--seeds", "1", "--ablations", "none",
                  "--out", str(paths.work), "--results", str(paths.results), "--report", str(report),
@@ -78,32 +80,36 @@ def test_study_writes_results_resumes_and_skips_done_runs(tmp_path: Path, capsys
     assert ("study: warning: guess_small's reward has changed since eppo-seed0, grpo-seed0, start-model were "
             "scored (revision 1 there, 2 now)") in out
     assert not paths.work.exists()
-    assert (report.parent / "figures" / "success.png").exists()
+    assert (report.parent / "figures" / "results-success.png").exists()
     text = report.read_text()
     assert ("- **guess_small** (`example/GuessNumber-v0`, revision 2 today): revision 1 in every result file. "
             "Changed since:\n  - 2026-12-07: a guess out of range loses") in text
     assert "The rewards of guess_small, guess_large have changed since these runs" in text
 
 
-def _result(group: str, seed: int, won: dict[str, list[int]], spikes: list[list[str]],
-            crossovers: list[int]) -> dict:
-    """A hand-made result file: per-iteration entropies and events, and per-instance evaluation outcomes."""
+FLAT = [{"a": 1.0, "b": 0.5}] * 3  # three iterations without a crossover or a spike
+
+
+def _result(group: str, seed: int, won: dict[str, list[int]], entropy: list[dict[str, float]] = FLAT) -> dict:
+    """A hand-made result file: per-iteration per-task entropies (the report counts crossovers and spikes from
+    them, study/dynamics.py) and per-instance evaluation outcomes."""
     iterations = []
-    for i, (sp, cr) in enumerate(zip(spikes, crossovers, strict=True)):
+    for i, h in enumerate(entropy):
         iterations.append({"step": i + 1, "success": 0.5, "iteration_time_s": 10.0,
-                           "tasks": {t: {"success": 0.1 * i, "entropy": 1.0 + i, "entropy_ema": 1.0,
-                                         "eps_low": 0.2, "eps_high": 0.28} for t in won},
-                           "crossovers": [["a", "b"]] * cr, "spikes": sp})
+                           "tasks": {t: {"success": 0.1 * i, "entropy": h.get(t, 1.0), "entropy_ema": 1.0,
+                                         "eps_low": 0.2, "eps_high": 0.28, "clip_low_frac": 0.01 * i,
+                                         "clip_high_frac": 0.005} for t in won},
+                           "crossovers": [], "spikes": []})
     return {
         "schema": 1, "name": f"{group}-seed{seed}", "group": group, "algo": group.split("-")[0], "seed": seed,
         "overrides": [], "command": "hand", "date": "2026-12-01T00:00:00Z", "wall_seconds": 60.0,
         "train_seconds": 50.0, "eval_seconds": 10.0, "load": {"start": [1.0, 1.0, 1.0], "end": [1.0, 1.0, 1.0]},
         "machine": {"cpus": 2}, "resumed_from_step": 0,
         "start_model": {"base_model": "m", "model": "m", "how": "hand", "sha256": "ab" * 32},
-        "config": {"run": {"iterations": len(spikes)}, "rollout": {"group_size": 2},
+        "config": {"run": {"iterations": len(entropy)}, "rollout": {"group_size": 2},
                    "pacing": {"beta": 0.9, "tau": 0.5}},
         "training_episodes": 16, "iterations": iterations,
-        "crossovers": sum(crossovers), "spikes": sum(len(s) for s in spikes),
+        "crossovers": 0, "spikes": 0,
         "evaluation": {"episodes_per_task": 4, "tasks": {
             t: {"success": sum(w) / len(w), "split": "test",
                 "outcomes": {"seeds": list(range(len(w))), "won": [bool(x) for x in w], "reward": w}}
@@ -123,12 +129,19 @@ def test_report_from_hand_made_result_files(tmp_path: Path):
     from eppo_train.study.report import by_group, paired, write_report
 
     results = tmp_path / "study"
+    # entropies, smoothed by 0.5 (study/dynamics.py): grpo-seed0's a falls 1.0, 0.4, 0.1 (smoothed 1.0, 0.7, 0.4)
+    # under b's 0.5, 0.5, 0.9 (smoothed 0.5, 0.5, 0.7) at iteration 3, where b jumps over 1.5 x 0.5: one crossover,
+    # one spike of b. grpo-seed1: a's smoothed 0.55 passes under b's 0.6 at iteration 2. eppo-seed1: a spikes at
+    # iteration 3 (1.0 > 1.5 x 0.5), always above b.
+    g0 = [{"a": 1.0, "b": 0.5}, {"a": 0.4, "b": 0.5}, {"a": 0.1, "b": 0.9}]
+    g1 = [{"a": 1.0, "b": 0.6}, {"a": 0.1, "b": 0.6}, {"a": 0.1, "b": 0.6}]
+    e1 = [{"a": 0.5, "b": 0.2}, {"a": 0.5, "b": 0.2}, {"a": 1.0, "b": 0.2}]
     # task a: eppo wins 2 more instances than grpo over 8 paired ones (+0.25); task b: identical outcomes (0)
     _write(results, [
-        _result("grpo", 0, {"a": [1, 0, 0, 0], "b": [1, 1, 0, 0]}, [["a"], [], ["a", "b"]], [1, 0, 1]),
-        _result("grpo", 1, {"a": [0, 0, 0, 0], "b": [1, 1, 0, 0]}, [[], ["b"], []], [0, 1, 0]),
-        _result("eppo", 0, {"a": [1, 1, 0, 0], "b": [1, 1, 0, 0]}, [[], [], []], [0, 0, 0]),
-        _result("eppo", 1, {"a": [1, 0, 0, 0], "b": [1, 1, 0, 0]}, [[], [], ["a"]], [0, 0, 0]),
+        _result("grpo", 0, {"a": [1, 0, 0, 0], "b": [1, 1, 0, 0]}, g0),
+        _result("grpo", 1, {"a": [0, 0, 0, 0], "b": [1, 1, 0, 0]}, g1),
+        _result("eppo", 0, {"a": [1, 1, 0, 0], "b": [1, 1, 0, 0]}),
+        _result("eppo", 1, {"a": [1, 0, 0, 0], "b": [1, 1, 0, 0]}, e1),
     ], plan=["grpo-seed0", "grpo-seed1", "eppo-seed0", "eppo-seed1", "dapo-seed0"])
 
     groups = by_group(load_results(results))
@@ -146,22 +159,28 @@ def test_report_from_hand_made_result_files(tmp_path: Path):
     # differences in {0, 1} on 2 of 8 instances of task a: the resampled mean over tasks stays in [0, 0.5]
     assert 0.0 <= p.overall.lo < 0.125 < p.overall.hi <= 0.5
 
-    report = write_report(results, tmp_path / "study.md")
+    report = write_report([("Hand-made", results)], tmp_path / "study.md")
     text = report.read_text()
     # the same result files give the same bytes (a line saying when the report was written would change the
     # committed report at every `make study-report`), dated by the newest run
-    assert write_report(results, tmp_path / "study.md").read_text() == text
-    assert "the newest run begun 2026-12-01 00:00 UTC. Do not edit by hand." in text
-    assert "| grpo | 0, 1 | 0.12 ± 0.18 | 0.50 ± 0.00 | **0.31 ± 0.09** | 1.50 ± 0.71 | 2.00 ± 1.41 |" in text
-    assert "| eppo | 0, 1 | 0.38 ± 0.18 | 0.50 ± 0.00 | **0.44 ± 0.09** | 0.00 ± 0.00 | 0.50 ± 0.71 |" in text
+    assert write_report([("Hand-made", results)], tmp_path / "study.md").read_text() == text
+    assert "the newest run begun 2026-12-01 00:00 UTC. Runs done: 4 of 5 planned" in text
+    # success a, b, mean, worst task (grpo: 0.25 and 0 by seed), crossovers, spikes
+    assert "| grpo | 0, 1 | 0.12 ± 0.18 | 0.50 ± 0.00 | **0.31 ± 0.09** | 0.12 ± 0.18 | 1.00 ± 0.00 | 0.50 ± 0.71 |" in text
+    assert "| eppo | 0, 1 | 0.38 ± 0.18 | 0.50 ± 0.00 | **0.44 ± 0.09** | 0.38 ± 0.18 | 0.00 ± 0.00 | 0.50 ± 0.71 |" in text
     assert f"| eppo | 2 | **{p.overall.fmt(2, signed=True)}** |" in text
-    assert "| grpo-seed0 | 2 | 1 | 3 | a 2, b 1 |" in text  # crossovers, first at, spikes, by task
+    assert "| grpo-seed0 | 1 | 3 | 1 | b 1 |" in text  # crossovers, first at, spikes, by task
+    assert "| grpo-seed1 | 1 | 2 | 0 | – |" in text
+    # clip: low 0, 1, 2 % and high 0.5 % over three iterations: 1.0 % and 0.5 %, 1.5 % in all (the 1 % aim met)
+    assert "| grpo | 1.00 ± 0.00 | 0.50 ± 0.00 |" in text
+    assert "the clip acted on 1.50 % of a task's tokens per iteration on average" in text and " meets the 1 %" in text
     assert "missing: dapo-seed0" in text and "**The study is incomplete**" in text
-    for name in ("entropy.png", "success.png", "eps.png"):
+    assert "- **Hand-made**: eppo − grpo " in text  # the verdict in brief, at the top
+    for name in ("study-entropy.png", "study-success.png", "study-eps.png"):
         assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # another evaluation set (different instances) is never paired
-    other = _result("eppo", 0, {"a": [1, 1, 0, 0], "b": [1, 1, 0, 0]}, [[]], [0])
+    other = _result("eppo", 0, {"a": [1, 1, 0, 0], "b": [1, 1, 0, 0]})
     other["evaluation"]["tasks"]["a"]["outcomes"]["seeds"] = [4, 5, 6, 7]
     q = paired(groups["grpo"], [other], ["a", "b"])
     assert q is not None and q.tasks_skipped == ["a"] and set(q.per_task) == {"b"}
@@ -191,7 +210,7 @@ def test_study_report_writes_where_the_study_wrote_it(tmp_path: Path, capsys):
     # wrote results.md beside it, not the study.md its --help promised
     from eppo_train.cli import main
 
-    _write(tmp_path / "quick" / "results", [_result("grpo", 0, {"a": [1, 0]}, [[]], [0])], plan=["grpo-seed0"])
+    _write(tmp_path / "quick" / "results", [_result("grpo", 0, {"a": [1, 0]})], plan=["grpo-seed0"])
     assert main(["study-report", "--results", str(tmp_path / "quick" / "results")]) == 0
     assert (tmp_path / "quick" / "study.md").is_file() and not (tmp_path / "quick" / "results.md").exists()
 
@@ -236,7 +255,7 @@ def test_study_warm_start_is_the_one_its_committed_runs_began_from():
     src, slots = sft_source(study, prepare_tasks(study))
     assert [s.label for s in slots] == [s.label for s in prepare_tasks(pipeline)] and len(slots) == 5
     assert [s.label for s in prepare_tasks(study)] == ["searchqa", "math", "code"]
-    start = json.loads((Path(__file__).parents[1] / "docs/results/study/start-model.json").read_text())
+    start = json.loads((Path(__file__).parents[1] / "docs/results/study-archive-r1/study/start-model.json").read_text())
     assert start["start_model"]["model"].endswith(f"sft-{sft_key(src, slots)}")
 
 
@@ -251,7 +270,7 @@ def test_experiment_quick_end_to_end(tmp_path: Path):
         for seed in range(3):
             assert (out / "results" / f"{algo}-seed{seed}.json").exists()
     text = (out / "study.md").read_text()
-    assert "| dapo | 0, 1, 2 |" in text and (out / "figures" / "entropy.png").exists()
+    assert "| dapo | 0, 1, 2 |" in text and (out / "figures" / "results-entropy.png").exists()
 
 
 def test_a_field_added_later_with_default_none_is_not_a_change_but_a_list_item_is():
@@ -273,13 +292,13 @@ def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
     from eppo_train.study.report import write_report
 
     results = tmp_path / "study"
-    old = _result("grpo", 0, {"a": [1, 1, 0, 0]}, [[]], [0])
-    new = _result("grpo", 1, {"a": [1, 1, 1, 0]}, [[]], [0])
+    old = _result("grpo", 0, {"a": [1, 1, 0, 0]})
+    new = _result("grpo", 1, {"a": [1, 1, 1, 0]})
     new["start_model"] = dict(new["start_model"], sha256="cd" * 32)
     _write(results, [old, new], plan=["grpo-seed0", "grpo-seed1"])
 
     def start_of(run: dict, won: list[int]) -> dict:
-        rec = _result("start-model", 0, {"a": won}, [[]], [0])
+        rec = _result("start-model", 0, {"a": won})
         return {"schema": 1, "name": "start-model", "start_model": run["start_model"], "evaluation": rec["evaluation"]}
 
     assert start_path(results, old["start_model"]).name == START_FILE  # no start evaluated yet: the first file
@@ -291,7 +310,7 @@ def test_each_run_is_paired_with_the_start_model_it_began_from(tmp_path: Path):
 
     assert [r["name"] for r in load_results(results)] == ["grpo-seed0", "grpo-seed1"]  # start files are not runs
     assert list(load_starts(results)) == ["ab" * 6, "cd" * 6]
-    text = write_report(results, tmp_path / "study.md").read_text()
+    text = write_report([("Starts", results)], tmp_path / "study.md").read_text()
     # seed 0 gained +0.50 over its start (0 -> 2 of 4); seed 1 gained 0 over its own (3 -> 3), not +0.75 over the first
     assert "| grpo | 2 |" in text and "0: +0.50 1: +0.00" in text
     # gains +0.50 and 0 over two seeds: t(0.975, 1) = 12.706, sd 0.35355, half-width 12.706 * 0.35355 / sqrt(2)
@@ -309,7 +328,7 @@ def test_results_scored_by_an_earlier_reward_are_told_apart(tmp_path: Path):
     from eppo_train.study.report import write_report
 
     def run(group: str, seed: int, math_revision: int | None) -> dict:
-        record = _result(group, seed, {"math": [1, 0], "mine": [0, 1]}, [[]], [0])
+        record = _result(group, seed, {"math": [1, 0], "mine": [0, 1]})
         record["config"]["env"] = {"tasks": [{"id": "eppo/MathTool-v0", "name": "math"},
                                              {"id": "mylab/NotImported-v0", "name": "mine"}]}
         if math_revision is not None:
@@ -326,46 +345,60 @@ def test_results_scored_by_an_earlier_reward_are_told_apart(tmp_path: Path):
     [drift] = reward_drift(load_results(results))
     assert (drift.task, drift.env_id, drift.now) == ("math", "eppo/MathTool-v0", now)
     assert drift.scored == {1: ["eppo-seed0", "grpo-seed0"]} and drift.changes == list(MathToolEnv.reward_changes)
-    text = write_report(results, tmp_path / "study.md").read_text()
+    text = write_report([("Drift", results)], tmp_path / "study.md").read_text()
     assert (f"- **math** (`eppo/MathTool-v0`, revision {now} today): revision 1 in eppo-seed0, grpo-seed0. "
             "Changed since:\n" + "".join(f"  - {change}\n" for change in MathToolEnv.reward_changes)) in text
     assert "**mine**" not in text
     assert reward_drift([run("grpo", 1, now)]) == []
 
 
-def test_the_committed_study_report_says_which_rewards_changed_since():
-    """The committed study (2026-12-01/02) predates the reward changes of 2026-12-06, the Math grader's among them:
-    its report, rebuilt from the result files, must say so (`make study-report` after a reward change)."""
+def test_the_archived_study_report_says_which_rewards_changed_since():
+    """The archived study (2026-12-01/02) predates the reward changes of 2026-12-06, the Math grader's among them:
+    its report, built from the result files, says so."""
     root = Path(__file__).parents[1]
     from eppo_train.study.record import load_results, load_starts, reward_drift
 
-    results = root / "docs/results/study"
+    results = root / "docs/results/study-archive-r1/study"
     drift = reward_drift([*load_results(results), *load_starts(results).values()])
     assert {d.task for d in drift} == {"searchqa", "math", "code"}
-    text = (root / "docs/results/study.md").read_text()
+    text = (root / "docs/results/study-archive-r1/study.md").read_text()
     for d in drift:
         assert f"- **{d.task}** (`{d.env_id}`, revision {d.now} today): revision 1 in every result file." in text
 
 
-def test_committed_study_runs_match_the_shipped_study_config():
-    """Every committed run was made with the settings `eppo-train study` would use now: an option added since (at
-    its default, the behaviour those runs had) must not mark them as made with other settings."""
+def test_committed_study_runs_match_their_shipped_study_config():
+    """Every committed run of a study was made with the settings `eppo-train study` would use now (an option added
+    since, at its default, is no change) and scored by today's rewards: a result file that is not is never left
+    among the current study's."""
     from eppo_train.config import load_config
-    from eppo_train.study.plan import ABLATIONS, DEFAULT_ALGOS, make_plan
+    from eppo_train.study.plan import OFFICIAL
+    from eppo_train.study.record import load_results, load_starts, reward_drift
     from eppo_train.study.runner import stale_results
 
-    results = Path(__file__).parents[1] / "docs/results/study"
-    plan = make_plan(list(DEFAULT_ALGOS), 3, list(ABLATIONS), 1)
-    assert all((results / f"{r.name}.json").is_file() for r in plan)
-    assert stale_results(load_config("study"), plan, results, Path("runs/study-study")) == {}
+    root = Path(__file__).parents[1]
+    for study in OFFICIAL:
+        results = root / study.results
+        plan = study.plan()
+        assert stale_results(load_config(study.config), plan, results, Path("runs/x")) == {}, study.name
+        if results.is_dir():
+            assert reward_drift([*load_results(results), *load_starts(results).values()]) == [], study.name
 
 
-def test_a_wrong_sft_folder_is_one_line_before_anything_is_written(tmp_path: Path, capsys):
-    # nothing written (plan.json, the results folder) before the --sft check
-    from eppo_train.cli import main
+def test_the_committed_studies_plan_and_config():
+    """`make experiment` runs the pace testbed (10 seeds x 4 losses, 10 pacing ablations x 3 seeds) and then the
+    suite (3 seeds x 4 losses), in the regime where the clip acts (several steps per batch, stale sampling)."""
+    from eppo_train.config import load_config
+    from eppo_train.study.plan import ABLATIONS, OFFICIAL
 
-    out = tmp_path / "study"
-    assert main(["study", "--quick", "--sft", str(tmp_path / "nonexistent"), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (f"eppo-train: error: --sft: {tmp_path / 'nonexistent'} is not a model "
-                                       "folder (no config.json)\n")
-    assert not out.exists()
+    testbed, suite = OFFICIAL
+    plan = testbed.plan()
+    assert len(plan) == 4 * 10 + len(ABLATIONS) * 3 and len(ABLATIONS) == 10
+    assert [r.name for r in plan[:5]] == ["grpo-seed0", "dapo-seed0", "eppo-seed0", "clip_cov-seed0", "grpo-seed1"]
+    assert plan[40].name == "eppo-high-seed0" and plan[50].name == "eppo-high-seed1"  # ablations seed-major too
+    assert [r.name for r in suite.plan()][-1] == "clip_cov-seed2" and len(suite.plan()) == 12
+    for study in OFFICIAL:
+        cfg = load_config(study.config)
+        steps = cfg.learner.mini_batches * cfg.learner.epochs
+        assert steps >= 4 and cfg.learner.staleness >= 1, study.name  # off-policy: the clip bound can act
+        assert study.results.parts[-2:] == ("study", study.name)
+    assert [t.name for t in load_config("study-testbed").env.tasks] == ["echo", "add", "sort", "guess"]

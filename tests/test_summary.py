@@ -71,3 +71,20 @@ def test_evaluate_is_a_library_call_with_paired_outcomes():
     lo, hi = task["mean_reward_ci95"]
     assert 0.0 <= lo <= task["mean_reward"] <= hi  # a bootstrap interval stays inside the data's range
     assert "episodes" not in report.to_dict() and len(report.episodes) == 5
+
+
+def test_the_summary_shows_how_often_the_clip_acted_during_rl():
+    from eppo_train.report.summary import clip_table
+
+    records = [{"step": 1, "optimizer_steps": 4.0, "tasks": {"math": {"clip_low_frac": 0.01, "clip_high_frac": 0.002,
+                                                                      "ratio_dev": 0.05, "approx_kl": 0.001,
+                                                                      "eps_low": 0.2, "eps_high": 0.28,
+                                                                      "entropy": 0.3}}},
+               {"step": 2, "optimizer_steps": 4.0, "tasks": {"math": {"clip_low_frac": 0.03, "clip_high_frac": 0.004,
+                                                                      "ratio_dev": 0.07, "approx_kl": 0.003,
+                                                                      "eps_low": 0.1, "eps_high": 0.14,
+                                                                      "entropy": 0.1}}}]
+    lines = clip_table(records)
+    assert lines[0].startswith("## The clip during RL (4 optimizer steps a batch")
+    assert "| math | 2.00 | 0.30 | 0.0600 | 0.00200 | 0.150 | 0.210 | 0.200 |" in lines
+    assert clip_table([{"step": 1, "tasks": {}}]) == []

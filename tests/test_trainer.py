@@ -12,7 +12,8 @@ from eppo_train.report.metrics import read_metrics
 TASK_KEYS = {"success", "reward", "response_length", "entropy", "entropy_ema", "eps_low", "eps_high",
              "clip_frac", "approx_kl", "adv_mean", "adv_std", "zero_var_frac"}
 RUN_KEYS = {"rollout_tokens_per_s", "learner_tokens_per_s", "env_time_share", "loss", "grad_norm",
-            "entropy_crossovers", "entropy_spikes"}
+            "entropy_crossovers", "entropy_spikes", "mem_total_gb", "mem_total_peak_gb", "mem_driver_gb",
+            "mem_driver_peak_gb"}
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +26,14 @@ def tiny_run(tmp_path_factory):
 
 
 def test_run_dir_holds_everything(tiny_run):
-    for name in ("config.yaml", "metrics.jsonl", "latest", "plots/entropy.png", "plots/success.png",
-                 "plots/clip_bounds.png", "plots/throughput.png"):
+    for name in ("config.yaml", "metrics.jsonl", "latest", "plots/clipping.png", "plots/entropy.png",
+                 "plots/success.png", "plots/clip_bounds.png", "plots/throughput.png"):
         assert (tiny_run / name).is_file(), name
+    # the clip diagnostics of every task and iteration reach the metrics log (and TensorBoard, which logs every key)
+    last = json.loads((tiny_run / "metrics.jsonl").read_text().splitlines()[-1])
+    for values in last["tasks"].values():
+        assert {"clip_low_frac", "clip_high_frac", "ratio_dev", "ratio_std", "ratio_max", "approx_kl"} <= set(values)
+    assert {"clip_low_frac", "clip_high_frac", "optimizer_steps"} <= set(last)
     assert list((tiny_run / "tb").glob("events.out.tfevents.*"))
     ck = tiny_run / "checkpoints" / (tiny_run / "latest").read_text()
     assert (ck / "model" / "config.json").is_file() and (ck / "learner.pt").is_file()

@@ -322,3 +322,34 @@ def test_a_frozen_chromium_is_replaced_within_a_bounded_time(monkeypatch):
         assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in frozen)
     finally:
         env.close()
+
+
+def test_chromium_keeps_the_niceness_of_its_owner(tmp_path):
+    """Run as root, Chromium raises its display threads to nice -8 (and resets others to 0): a niced run would then
+    compete at full priority with what it was niced for. Every thread of chromedriver and Chromium keeps its owner's
+    niceness."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "niced.py"
+    script.write_text(
+        "import os, psutil\n"
+        "mine = os.nice(5)\n"
+        "from eppo_envs.webshop.browser import HeadlessChromium\n"
+        "b = HeadlessChromium()\n"
+        "b.driver.get('about:blank')\n"
+        "seen = set()\n"
+        "for p in psutil.Process().children(recursive=True):\n"
+        "    try:\n"
+        "        seen |= {os.getpriority(os.PRIO_PROCESS, t.id) for t in p.threads()}\n"
+        "    except (psutil.Error, OSError):\n"
+        "        pass\n"
+        "b.close()\n"
+        "print(mine, sorted(seen))\n")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    mine, _, listed = out.stdout.strip().splitlines()[-1].partition(" ")
+    seen = [int(x) for x in listed.strip("[]").split(",")]
+    assert seen and min(seen) >= int(mine) >= 5, (mine, seen)

@@ -27,7 +27,7 @@ from eppo_envs.alfworld.engine import AlfredEngine
 from eppo_envs.alfworld.explorer import Explorer, game_params
 from eppo_envs.alfworld.sources import GameRef, choose_source
 from eppo_envs.alfworld.tasks import select_types
-from eppo_envs.core import AgentEnv, StepResult
+from eppo_envs.core import AgentEnv, StepResult, Tool
 
 INSTRUCTION = (
     "You are an agent in a household (ALFWorld). The first observation describes the room and ends with your task.\n"
@@ -38,6 +38,10 @@ INSTRUCTION = (
     "cool [object] with [fridge]; clean [object] with [sinkbasin]; inventory; look.\n"
     "Only commands that are possible right now change anything; others get \"Nothing happens.\""
 )
+# the same, for the tools format: one call of `act` instead of the tag
+TOOLS_INSTRUCTION = INSTRUCTION.replace(
+    "reply with exactly one command inside <action>...</action>, for example <action>go to cabinet 1</action>.",
+    "call the act tool with exactly one command, for example act(command=\"go to cabinet 1\").")
 
 LISTED = "\nEach observation ends with the commands possible now (\"Admissible commands: ...\"); pick one of them."
 EXPERTS = ("planner", "explorer")
@@ -55,12 +59,14 @@ class AlfWorldEnv(AgentEnv):
     )
     action_hint = "Reply with <action>command</action>, a command possible right now, e.g. <action>look</action>."
     listed_hint = "Reply with <action>command</action>, one of the admissible commands, e.g. <action>look</action>."
+    tools = (Tool("act", "Do one household command, e.g. 'go to cabinet 1' or 'take apple 1 from countertop 1'.",
+                  (("command", "the command, one that is possible right now"),), "<action>{command}</action>"),)
 
     def __init__(self, split: str = "train", data_path: str | os.PathLike[str] | None = None,
                  render_mode: str | None = None, engine: str = "fast", show_admissible: bool | str = False,
                  expert: str = "planner", task_types: str | int | Iterable[str | int] | None = None,
-                 repeat_goal: bool = False) -> None:
-        super().__init__(split, render_mode=render_mode)
+                 repeat_goal: bool = False, action_format: str = "tags") -> None:
+        super().__init__(split, render_mode=render_mode, action_format=action_format)
         if expert not in EXPERTS:
             raise ValueError(f"expert must be one of {', '.join(EXPERTS)}; got {expert!r}")
         self.expert = expert
@@ -70,7 +76,7 @@ class AlfWorldEnv(AgentEnv):
         self._goal = ""
         self._explorer: Explorer | None = None
         self.show_admissible = _listing_form(show_admissible)
-        if self.show_admissible:
+        if self.show_admissible and action_format == "tags":
             self.action_hint = self.listed_hint  # the hint may point at the list only when the model sees it
         self._receptacles: frozenset[str] = frozenset()
         self.source = choose_source(data_path)
@@ -112,8 +118,14 @@ class AlfWorldEnv(AgentEnv):
         observation = self._as_shown(observation, first=True)  # after the goal is read: the listing is not part of it
         extra = {"admissible_actions": list(self.engine.admissible), "task_type": self.game.task_type,
                  "goal": goal, "game": self.game.name, "source": self.source.name}
-        instruction = INSTRUCTION + (LISTED if self.show_admissible else "")
+        instruction = (TOOLS_INSTRUCTION if self.action_format == "tools" else INSTRUCTION) + (
+            LISTED if self.show_admissible else "")
         return instruction, observation, extra
+
+    def refuse(self, reason: str) -> StepResult:
+        result = self.invalid(reason, admissible_actions=list(self.engine.admissible))
+        result.observation = self._as_shown(result.observation)  # as an invalid tag reply shows it
+        return result
 
     def transition(self, text: str) -> StepResult:
         command = read_command(text, self.engine.admissible, self.tool_tags[0])

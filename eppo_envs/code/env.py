@@ -19,7 +19,7 @@ from eppo_envs.code.generated import generated_problems
 from eppo_envs.code.harness import DEFAULT_TIME_LIMIT_S, TestReport, count_tests, run_tests
 from eppo_envs.code.humaneval import humaneval_problems
 from eppo_envs.code.problems import CodeProblem
-from eppo_envs.core import AgentEnv, StepResult, extract_code_block
+from eppo_envs.core import AgentEnv, StepResult, Tool, extract_code_block
 from eppo_envs.tools.sandbox import Limits, Sandbox, SandboxConfig
 
 PROBLEM_SOURCES = {"humaneval": humaneval_problems, "generated": generated_problems}
@@ -37,6 +37,8 @@ class CodeEnv(AgentEnv):
         "(HumanEval/33 and /37 compare tuple(candidate(l))) passes as in HumanEval's own harness; it had scored 0",
     )
     action_hint = "Reply with the complete function in a fenced code block: ```python\\n<your code>\\n```."
+    tools = (Tool("submit", "Submit the complete function (imports included); the unit tests run on it.",
+                  (("code", "the Python source"),), "```python\n{code}\n```"),)
 
     def __init__(
         self,
@@ -83,10 +85,12 @@ class CodeEnv(AgentEnv):
         self.attempts = 0
         self._total_tests = count_tests(self.problem.tests)
         self._shown_tests: set[int] = set()  # the tests whose source and error the model has seen
+        how = ("Reply with the complete function (imports included) in one fenced code block: ```python ... ```."
+               if self.action_format == "tags" else
+               "Submit the complete function (imports included) with the submit tool.")
         instruction = (
-            "Write a Python function that solves the problem below. Reply with the complete function (imports "
-            f"included) in one fenced code block: ```python ... ```. Hidden unit tests will check it; you have "
-            f"{self.max_attempts} attempts, and after a failing attempt you see the failing test."
+            f"Write a Python function that solves the problem below. {how} Hidden unit tests will check it; you "
+            f"have {self.max_attempts} attempts, and after a failing attempt you see the failing test."
         )
         observation = f"```python\n{self.problem.prompt}```"
         return instruction, observation, {"level": self.problem.level, "attempts_left": self.max_attempts}

@@ -12,8 +12,10 @@ from eppo_envs.core.parsing import (
 from eppo_envs.core.play import Policy, expert_policy, play_episode
 from eppo_envs.core.record import Episode, Turn
 from eppo_envs.core.registry import TaskSpec, import_tasks, make, register, resolve, task_spec, tasks
+from eppo_envs.core.tools import ACTION_FORMATS, Tool
 
 __all__ = [
+    "ACTION_FORMATS",
     "AgentEnv",
     "Episode",
     "Instance",
@@ -21,6 +23,7 @@ __all__ = [
     "StepResult",
     "TaskError",
     "TaskSpec",
+    "Tool",
     "ToolCall",
     "Turn",
     "expert_policy",

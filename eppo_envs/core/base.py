@@ -16,6 +16,7 @@ from gymnasium.error import ResetNeeded
 
 from eppo_envs.core.parsing import clip
 from eppo_envs.core.spaces import action_space, observation_space, to_printable
+from eppo_envs.core.tools import ACTION_FORMATS, Tool, as_call, read_call, tools_hint
 
 
 @dataclass
@@ -49,18 +50,33 @@ class AgentEnv(gym.Env[str, str]):
     eval_split: ClassVar[str] = "test"  # the held-out split evaluations and benchmarks use
     tool_tags: ClassVar[tuple[str, ...]] = ("action",)  # tags this task accepts (see core.parsing)
     action_hint: ClassVar[str] = "Reply with <action>your command</action>."  # appended to every invalid-action reply
+    # The same actions as function calls, for the `tools` action format (core/tools.py): each tool renders a valid
+    # call into the tag text above, so both formats reach `transition` with the same text.
+    tools: ClassVar[tuple[Tool, ...]] = ()
     # One dated line per change that can give the same replies another reward or verdict, oldest first. Results
     # record `reward_revision()` beside every evaluation, so a study or a comparison can tell a figure scored by an
     # earlier reward from one scored today instead of reading both as the same measure.
     reward_changes: ClassVar[tuple[str, ...]] = ()
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
 
-    def __init__(self, split: str = "train", render_mode: str | None = None) -> None:
+    def __init__(self, split: str = "train", render_mode: str | None = None, action_format: str = "tags") -> None:
         self._check_split(split)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if action_format not in ACTION_FORMATS:
+            raise ValueError(f"action_format must be one of {', '.join(ACTION_FORMATS)}, got {action_format!r}")
+        if action_format == "tools" and not self.tools:
+            raise ValueError(f"{self.task or type(self).__name__} declares no tools (AgentEnv.tools); use "
+                             "action_format 'tags'")
         self.split = split
         self.render_mode = render_mode
+        self.action_format = action_format
+        if action_format == "tools":
+            self.action_hint = tools_hint(self.tools)  # every invalid reply (and instructions quoting it) says this
+            # The expert answers in the env's input format: its tag text as a call. Bound here so that every caller
+            # (conformance, pools, the remote server, `eppo-envs expert`) gets it through the one hook name.
+            tags_expert = self.expert_action
+            self.expert_action = lambda: as_call(tags_expert(), self.tools)  # type: ignore[method-assign]
         self.observation_space = observation_space()
         self.action_space = action_space()
         self.instance: Instance | None = None
@@ -91,6 +107,11 @@ class AgentEnv(gym.Env[str, str]):
 
     def instance_id(self, split: str, index: int) -> str:
         return f"{self.task}/{split}/{index:05d}"
+
+    def refuse(self, reason: str) -> StepResult:
+        """The reply to a tool call refused before `transition` (tools format only). A task that counts turns or
+        shows state in its invalid replies overrides this to do the same here."""
+        return self.invalid(reason)
 
     # ----------------------------------------------------------------- helpers for tasks
     def invalid(self, reason: str, **info: Any) -> StepResult:
@@ -128,6 +149,8 @@ class AgentEnv(gym.Env[str, str]):
             "instruction": to_printable(instruction),
             **extra,
         }
+        if self.action_format == "tools":  # what the policy side renders with the chat template's `tools=`
+            info.update(action_format="tools", tools=[t.schema() for t in self.tools])
         self._last_observation = to_printable(observation)
         self._ended = False
         return self._last_observation, info
@@ -137,7 +160,12 @@ class AgentEnv(gym.Env[str, str]):
             raise ResetNeeded("call reset() before step()")
         if self._ended:  # as Gymnasium: a terminated episode takes no more steps
             raise ResetNeeded(f"{self.task}: the episode has terminated; call reset() before step()")
-        result = self.transition(clip(action))
+        text = clip(action)
+        if self.action_format == "tools":
+            call = read_call(text, self.tools)
+            result = self.refuse(call.error) if call.error is not None else self.transition(call.content)
+        else:
+            result = self.transition(text)
         # said here, naming the hook: else reading the fields below fails as "'tuple' object has no attribute
         # 'terminated'"
         if not isinstance(result, StepResult):

@@ -12,6 +12,7 @@ from typing import Any
 
 import eppo_envs
 from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core.tools import Tool
 
 EXPERTS = ("oracle", "uniform")
 
@@ -20,6 +21,7 @@ class BanditEnv(AgentEnv):
     task = "bandit"
     tool_tags = ("answer",)
     action_hint = "Reply with <answer>D</answer>, where D is one digit."
+    tools = (Tool("answer", "Pick a digit.", (("digit", "one digit, 0 to 9"),), "<answer>{digit}</answer>"),)
 
     def __init__(self, split: str = "train", target: int = 7, expert: str = "oracle", **kwargs: Any) -> None:
         super().__init__(split, **kwargs)

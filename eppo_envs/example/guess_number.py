@@ -10,13 +10,15 @@ import random
 from typing import Any
 
 import eppo_envs
-from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core import AgentEnv, StepResult, Tool, parse_tool_call
 
 
 class GuessNumberEnv(AgentEnv):
     task = "guess_number"
     tool_tags = ("answer",)
     action_hint = "Reply with <answer>N</answer>, where N is a whole number."
+    # the tools format (core/tools.py): answer(number="42") is read as <answer>42</answer>
+    tools = (Tool("answer", "Guess the number.", (("number", "a whole number"),), "<answer>{number}</answer>"),)
 
     def __init__(self, split: str = "train", low: int = 1, high: int = 100, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)

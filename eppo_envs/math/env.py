@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from eppo_envs.core import AgentEnv, StepResult, find_tags, parse_tool_call
+from eppo_envs.core import AgentEnv, StepResult, Tool, find_tags, parse_tool_call
 from eppo_envs.core.parsing import extract_boxed
 from eppo_envs.math.grading import is_correct
 from eppo_envs.math.problems import LEVELS, SOURCES, MathProblem, ProblemSet
@@ -50,6 +50,10 @@ class MathToolEnv(AgentEnv):
         "Reply with <python>code</python> to run Python (print what you need), or give the final answer as "
         "<answer>...</answer> or \\boxed{...}."
     )
+    tools = (Tool("python", "Run Python (numpy and sympy are available); what it prints comes back.",
+                  (("code", "the program; print what you need"),), "<python>\n{code}\n</python>"),
+             Tool("answer", "Give the final answer; the episode ends.", (("answer", "the final answer"),),
+                  "<answer>{answer}</answer>"))
 
     def __init__(
         self,
@@ -89,6 +93,10 @@ class MathToolEnv(AgentEnv):
             "Solve the math problem. You may run Python (numpy and sympy are available) by writing "
             f"<python>code</python>; what it prints comes back in <output>...</output>. You can run code up to "
             f"{self.max_tool_calls} times. Give the final answer as <answer>...</answer> (or \\boxed{{...}})."
+        ) if self.action_format == "tags" else (
+            "Solve the math problem. You may run Python (numpy and sympy are available) with the python tool; what "
+            f"it prints comes back in <output>...</output>. You can run code up to {self.max_tool_calls} times. Give "
+            "the final answer with the answer tool."
         )
         extra = {"source": self.problem.source, "level": self.problem.level, "tool_calls_left": self.max_tool_calls}
         return instruction, f"Problem: {self.problem.question}", extra

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core import AgentEnv, StepResult, Tool, parse_tool_call
 from eppo_envs.searchqa.answers import exact_match, f1_score
 from eppo_envs.searchqa.corpus import Question
 from eppo_envs.searchqa.expert import expert_reply
@@ -26,6 +26,15 @@ INSTRUCTION = (
     "</information>. You can search up to {max_searches} times. If you find no further external knowledge "
     "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
     "For example, <answer> Beijing </answer>. Write exactly one <search> or <answer> per turn."
+)
+# the same protocol with function calls (the tools format)
+TOOLS_INSTRUCTION = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call the search tool with a "
+    "query and it will return the top searched results between <information> and </information>. You can search "
+    "up to {max_searches} times. If you find no further external knowledge needed, you can directly provide the "
+    "answer with the answer tool, without detailed illustrations. For example, answer(answer=\"Beijing\"). Make "
+    "exactly one tool call per turn."
 )
 
 
@@ -43,6 +52,10 @@ class SearchQAEnv(AgentEnv):
         "2026-12-06: a NUL character in an answer no longer joins its neighbours ('Par\\x00is' had won for 'Paris')",
     )
     action_hint = "Reply with <search>query</search> to search, or <answer>final answer</answer> to answer."
+    tools = (Tool("search", "Search the corpus; the top documents come back.", (("query", "what to search for"),),
+                  "<search>{query}</search>"),
+             Tool("answer", "Give the final answer (a few words, no explanation); the episode ends.",
+                  (("answer", "the final answer"),), "<answer>{answer}</answer>"))
 
     def __init__(
         self,
@@ -56,8 +69,9 @@ class SearchQAEnv(AgentEnv):
         qa_path: str | Path | dict[str, str | Path] | None = None,
         index_path: str | Path | None = None,
         render_mode: str | None = None,
+        action_format: str = "tags",
     ) -> None:
-        super().__init__(split, render_mode=render_mode)
+        super().__init__(split, render_mode=render_mode, action_format=action_format)
         if top_k < 1 or max_searches < 0:
             raise ValueError(f"top_k must be >= 1 and max_searches >= 0 (got {top_k}, {max_searches})")
         self.source = load_source(corpus, backend, corpus_path, qa_path, index_path)
@@ -77,7 +91,8 @@ class SearchQAEnv(AgentEnv):
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict[str, Any]]:
         self.question = self.source.questions[split][index]
         self.searches, self.turns = [], 0
-        instruction = INSTRUCTION.format(max_searches=self.max_searches)
+        instruction = (TOOLS_INSTRUCTION if self.action_format == "tools" else INSTRUCTION).format(
+            max_searches=self.max_searches)
         return instruction, f"Question: {self.question.question}", {"question": self.question.question,
                                                                      "corpus": self.source.name}
 
@@ -95,6 +110,13 @@ class SearchQAEnv(AgentEnv):
             self.searches.append((call.content, [h.doc.id for h in hits]))
             result = StepResult(format_hits(hits), info={"query": call.content, "searches": len(self.searches),
                                                          "retrieved": [h.doc.id for h in hits]})
+        return self._turn_limit(result)
+
+    def refuse(self, reason: str) -> StepResult:
+        self.turns += 1  # a refused call is a turn, as an invalid tag reply is
+        return self._turn_limit(self.invalid(reason))
+
+    def _turn_limit(self, result: StepResult) -> StepResult:
         if self.turns >= self.max_turns:
             result.terminated = True
             result.observation += f"\nThe episode is over: the turn limit ({self.max_turns}) was reached without an answer."

@@ -7,22 +7,21 @@ import random
 from typing import Any
 
 import eppo_envs
-from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
+from eppo_envs.testbed.base import AnswerTask
 
 
-class AddEnv(AgentEnv):
+class AddEnv(AnswerTask):
     task = "add"
-    tool_tags = ("answer",)
     action_hint = "Reply with <answer>N</answer>, where N is the sum as a whole number."
+    tools = (Tool("answer", "Give the sum.", (("number", "the sum as a whole number"),), "<answer>{number}</answer>"),)
 
     def __init__(self, split: str = "train", digits: int = 2, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
         if not 1 <= digits <= 9:
             raise ValueError(f"digits must be in 1..9, got {digits}")
         self.digits = digits
-
-    def num_instances(self, split: str) -> int:
-        return 10_000
 
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict]:
         rng = random.Random(f"add/{self.digits}/{split}/{index}")
@@ -31,10 +30,9 @@ class AddEnv(AgentEnv):
         return f"What is {self.a} + {self.b}? {self.action_hint}", f"Compute {self.a} + {self.b}.", {}
 
     def transition(self, text: str) -> StepResult:
-        call = parse_tool_call(text, self.tool_tags)
-        if not call.valid:
-            return self.invalid(call.error)
-        answer = call.content.strip()
+        answer = self.read_answer(text)
+        if isinstance(answer, StepResult):
+            return answer
         if not answer.lstrip("-").isdigit():
             return self.invalid(f"{answer[:40]!r} is not a whole number.")
         if int(answer) == self.a + self.b:

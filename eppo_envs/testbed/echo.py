@@ -6,14 +6,16 @@ import random
 from typing import Any
 
 import eppo_envs
-from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
+from eppo_envs.testbed.base import AnswerTask
 from eppo_envs.testbed.words import made_up_word
 
 
-class EchoEnv(AgentEnv):
+class EchoEnv(AnswerTask):
     task = "echo"
-    tool_tags = ("answer",)
     action_hint = "Reply with <answer>WORD</answer>, the word exactly as given."
+    tools = (Tool("answer", "Repeat the word.", (("word", "the word exactly as given"),), "<answer>{word}</answer>"),)
 
     def __init__(self, split: str = "train", syllables: int = 3, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
@@ -21,19 +23,16 @@ class EchoEnv(AgentEnv):
             raise ValueError(f"syllables must be >= 1, got {syllables}")
         self.syllables = syllables
 
-    def num_instances(self, split: str) -> int:
-        return 10_000
-
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict]:
         self.word = made_up_word(random.Random(f"echo/{split}/{index}"), self.syllables)
         instruction = f"Repeat the word {self.word} exactly. {self.action_hint}"
         return instruction, f"The word is {self.word}.", {}
 
     def transition(self, text: str) -> StepResult:
-        call = parse_tool_call(text, self.tool_tags)
-        if not call.valid:
-            return self.invalid(call.error)
-        won = call.content.strip() == self.word
+        answer = self.read_answer(text)
+        if isinstance(answer, StepResult):
+            return answer
+        won = answer == self.word
         return StepResult("Right." if won else "Wrong.", reward=float(won), terminated=True, won=won)
 
     def expert_action(self) -> str:

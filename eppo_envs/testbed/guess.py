@@ -7,22 +7,21 @@ import random
 from typing import Any
 
 import eppo_envs
-from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core import StepResult
+from eppo_envs.core.tools import Tool
+from eppo_envs.testbed.base import AnswerTask
 
 
-class GuessEnv(AgentEnv):
+class GuessEnv(AnswerTask):
     task = "guess"
-    tool_tags = ("answer",)
     action_hint = "Reply with <answer>N</answer>, your guess as a whole number."
+    tools = (Tool("answer", "Guess the number.", (("number", "your guess as a whole number"),), "<answer>{number}</answer>"),)
 
     def __init__(self, split: str = "train", high: int = 16, **kwargs: Any) -> None:
         super().__init__(split, **kwargs)
         if high < 2:
             raise ValueError(f"high must be >= 2, got {high}")
         self.high = high
-
-    def num_instances(self, split: str) -> int:
-        return 10_000
 
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict]:
         self.secret = random.Random(f"guess/{self.high}/{split}/{index}").randint(1, self.high)
@@ -31,10 +30,9 @@ class GuessEnv(AgentEnv):
                 f"{self.action_hint}", "Your first guess?", {})
 
     def transition(self, text: str) -> StepResult:
-        call = parse_tool_call(text, self.tool_tags)
-        if not call.valid:
-            return self.invalid(call.error)
-        answer = call.content.strip()
+        answer = self.read_answer(text)
+        if isinstance(answer, StepResult):
+            return answer
         if not answer.isdigit():
             return self.invalid(f"{answer[:40]!r} is not a whole number.")
         guess = int(answer)

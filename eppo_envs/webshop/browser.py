@@ -9,6 +9,7 @@ the session page. Server and browser stop on `close()`, on garbage collection an
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import tempfile
@@ -37,6 +38,22 @@ COMMAND_TIMEOUT_S = 60  # no WebDriver call may hang longer than this
 # would hold one step, and the rollout batch with it, for ~5 min); past this, its processes are killed instead
 QUIT_TIMEOUT_S = 5
 PAGE_TIMEOUT_S = 20
+
+
+PR_CAPBSET_DROP, CAP_SYS_NICE = 24, 23  # <linux/prctl.h>, <linux/capability.h>
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it, between fork and exec
+except (OSError, AttributeError):  # no libc prctl (not Linux)
+    _prctl = None
+
+
+def _keep_priority() -> None:
+    """In chromedriver's process, before exec: drop CAP_SYS_NICE from the capability bounding set. Run as root,
+    Chromium raises its display threads to nice -8; without that capability it keeps the niceness it inherits, so a
+    niced run (a study beside other work, `nice make train`) stays niced. As another user it has no such right and
+    the call fails harmlessly."""
+    if _prctl is not None:
+        _prctl(PR_CAPBSET_DROP, CAP_SYS_NICE, 0, 0, 0)
 
 
 class BrowserError(RuntimeError):
@@ -109,7 +126,8 @@ class HeadlessChromium:
         options.add_argument(f"--user-data-dir={self.profile_dir}")
         env = {**self._reaper.env(), "TMPDIR": temp_dir}
         try:
-            driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=options)
+            service = Service(CHROMEDRIVER, env=env, popen_kw={"preexec_fn": _keep_priority})
+            driver = webdriver.Chrome(service=service, options=options)
         except Exception as exc:
             raise BrowserError(f"could not start headless Chromium: {_one_line(exc)}") from exc
         driver.command_executor._client_config.timeout = COMMAND_TIMEOUT_S

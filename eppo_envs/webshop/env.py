@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from eppo_envs.core import AgentEnv, StepResult, parse_tool_call
+from eppo_envs.core import AgentEnv, StepResult, Tool, parse_tool_call
 from eppo_envs.core.parsing import clip, strip_think
 from eppo_envs.webshop.catalogue import Goal
 from eppo_envs.webshop.expert import expert_command
@@ -28,6 +28,9 @@ INSTRUCTION = (
     "click[<option value>], click[description], click[buy now]. Each page ends with its available actions. "
     "Reply with exactly one <action>...</action> per turn.\n\nInstruction: {goal}"
 )
+# the same, for the tools format: each command is one call of `act`
+TOOLS_INSTRUCTION = INSTRUCTION.replace("Reply with exactly one <action>...</action> per turn.",
+                                        "Call the act tool with exactly one command per turn.")
 
 
 class Frontend(Protocol):
@@ -82,6 +85,9 @@ class WebShopEnv(AgentEnv):
         "unchanged)",
     )
     action_hint = "Reply with <action>search[your query]</action> or <action>click[button text]</action>."
+    tools = (Tool("act", "Do one shop command: search[your query] on the search page, else click[button text] "
+                         "with a button shown on the page.",
+                  (("command", "search[...] or click[...]"),), "<action>{command}</action>"),)
 
     def __init__(
         self,
@@ -96,8 +102,9 @@ class WebShopEnv(AgentEnv):
         catalogue_seed: int = 0,
         retriever: str = "bm25s",
         exact_size_options: bool = False,
+        action_format: str = "tags",
     ) -> None:
-        super().__init__(split, render_mode)
+        super().__init__(split, render_mode, action_format)
         # WebShop matches sizes fuzzily ("pack of 2" ~ "pack of 3"); True makes size options count only if exact.
         self.exact_options: tuple[str, ...] = ("size",) if exact_size_options else ()
         self.source = DataSource(items_path, attributes_path, human_instructions_path, num_products, num_goals,
@@ -120,7 +127,12 @@ class WebShopEnv(AgentEnv):
     def load_instance(self, split: str, index: int) -> tuple[str, str, dict[str, Any]]:
         self.goal = self.world.catalogue.goals[split][index]
         self.page = self.frontend.start(self.goal)
-        return INSTRUCTION.format(goal=self.goal.instruction), render_text(self.page), self._page_info()
+        instruction = TOOLS_INSTRUCTION if self.action_format == "tools" else INSTRUCTION
+        return instruction.format(goal=self.goal.instruction), render_text(self.page), self._page_info()
+
+    def refuse(self, reason: str) -> StepResult:
+        assert self.page is not None
+        return self.invalid(reason, **self._page_info())
 
     def transition(self, text: str) -> StepResult:
         assert self.page is not None

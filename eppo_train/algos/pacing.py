@@ -43,15 +43,15 @@ class PacingConfig:
         "both", help="which bounds are paced: both | high | low; target: both, towards a target entropy per task "
         "(target_entropy) instead of the reference")
     reference: str = setting(
-        "mean", help="what a task's entropy is compared with: mean (the warm tasks' arithmetic mean), geomean "
+        "geomean", help="what a task's entropy is compared with: mean (the warm tasks' arithmetic mean), geomean "
         "(their geometric mean), self (the task's own slow baseline, self_beta), pace (the task's change from "
         "its baseline against the other tasks' changes)")
-    beta: float = setting(0.9, help="EMA weight of the past in H^_k")
+    beta: float = setting(0.5, help="EMA weight of the past in H^_k")
     self_beta: float = setting(
         0.9, help="references 'self' and 'pace': EMA weight of the past in a task's baseline (1: its first entropy)")
     warmup: int = setting(2, help="batches of a task at the base bounds (counted per task)")
     lam: float = setting(0.5, help="lambda: the largest relative change of a bound")
-    alpha: float = setting(2.0, help="steepness of the sigmoid on the log-ratio z_k")
+    alpha: float = setting(1.0, help="steepness of the sigmoid on the log-ratio z_k")
     eps_min: float = setting(0.05, help="every paced bound is clamped to [eps_min, eps_max]")
     eps_max: float = setting(0.5, help="upper clamp of every paced bound")
     tau: float = setting(0.5, help="spike threshold: H_k(t) > (1 + tau) * H^_k(t-1)")

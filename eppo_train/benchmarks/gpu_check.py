@@ -30,6 +30,7 @@ from eppo_train.config import Config, LearnerConfig, RunConfig
 from eppo_train.core.records import Sample
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.models import TINY_MODEL_NAME, tiny_model_dir
+from eppo_train.policy.precision import use_cpu_autocast
 
 if TYPE_CHECKING:
     from transformers import (
@@ -287,7 +288,6 @@ def against_one_process(cpu: bool, first: dict, ckpt: Path, step: int) -> dict:
     from safetensors.torch import load_file
 
     from eppo_train.learner.learner import Learner
-    from eppo_train.policy.precision import use_cpu_autocast
 
     device, sizes = ("cpu", CPU) if cpu else ("cuda", GPU)
     tol = AGREE_RTOL["bf16" if not cpu or use_cpu_autocast(True) else "fp32"]

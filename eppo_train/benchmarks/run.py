@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 # Importing the section modules registers them, in this order (cheap ones first).
-from eppo_train.benchmarks import envs, model, rollout_engines, tools, trl_ref  # noqa: F401
+from eppo_train.benchmarks import envs, memory, model, rollout_engines, tools, trl_ref  # noqa: F401
 from eppo_train.benchmarks.common import SECTIONS, BenchContext, Figure, failed
 from eppo_train.benchmarks.envs import registered_envs
 from eppo_train.policy.models import ModelNotFoundError, resolve_model
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = [s for s in [*wanted, *skip] if s not in SECTIONS]
     if unknown:
-        console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}")
+        console.print(f"[red]unknown section(s): {', '.join(unknown)}[/red]; known: {', '.join(SECTIONS)}", soft_wrap=True)
         return 2
     if args.reps is not None and args.reps < 1:  # 0 would make every figure a ZeroDivisionError, exit 0
         console.print(f"[red]--reps must be at least 1[/red], got {args.reps}")
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = context(args)
         problem = check_inputs(names, ctx)
         if problem:  # else a typo runs every section as an n/a row, exit 0, replacing the last results file
-            console.print(f"[red]{problem}[/red]")
+            console.print(f"[red]{problem}[/red]", soft_wrap=True)  # one line at any terminal width
             return 2
         info = machine()
         figures, seconds = run_sections(names, ctx)

@@ -4,6 +4,7 @@
     eppo-eval --policy runs/main/checkpoints/step_100/model --tasks alfworld,webshop --json out.json
     eppo-eval --policy openai:http://localhost:8000/v1 --model-name Qwen2.5-7B-Instruct --tasks math
     eppo-eval --policy runs/<run>/sft --tasks alfworld --env-kwarg alfworld.task_types=[1,2,3]
+    eppo-eval --policy openai:http://localhost:8000/v1 --action-format tools --tasks searchqa,math
 
 Instances are seeds 0..N-1 of each task's evaluation split (the same for every policy, worker count and order);
 model policies decode greedily unless --temperature is given. The work is `evaluation.evaluate`; policies come
@@ -28,11 +29,13 @@ from eppo_train.eval.evaluation import (
     EvalSpec,
     UsageError,
     evaluate,
+    in_format,
     resolve_tasks,
     with_env_kwargs,
 )
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.factory import PolicyNameError, PolicyOptions, make_policy
+from eppo_train.policy.tool_calls import detect_syntax
 from eppo_train.rollout.task_slots import check_split
 from eppo_train.runtime import interrupt
 from eppo_train.runtime.interrupt import WorkerLost, guard, lost_line
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default="all", help="'all' or a comma list of task names or ids")
     p.add_argument("--env-kwarg", dest="env_kwargs", action="append", default=[], metavar="TASK.KEY=VALUE",
                    help="a constructor option of one task, e.g. alfworld.task_types=[1,2,3] (YAML value; repeatable)")
+    p.add_argument("--action-format", default="tags", choices=["tags", "tools"],
+                   help="tags: the tasks' own tags in plain text (default); tools: function calls through the "
+                   "model's chat template (tools=) or the endpoint's function calling (docs/models.md)")
     p.add_argument("--split", default=None, help="default: each task's eval_split")
     p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="instances per task: seeds 0..N-1")
     p.add_argument("--json", type=Path, help="write the summary here")
@@ -186,7 +192,8 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
             import_tasks(module)
         except ImportError as exc:
             raise UsageError(str(exc)) from None
-    spec = EvalSpec(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.episodes, args.split,
+    tasks = in_format(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.action_format)
+    spec = EvalSpec(tasks, args.episodes, args.split,
                     args.max_turns, args.max_new_tokens, args.max_total_tokens, args.temperature, args.top_p,
                     args.seed, args.samples, args.batch_size, args.workers, args.ray_address)
     if args.split:  # before the model loads: else a wrong split is the env's error after it, under the progress bar
@@ -206,6 +213,8 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
         bar(p)
 
     try:
+        if args.action_format == "tools" and agent.needs_tokens:  # one line now, not at the first turn
+            detect_syntax(agent.tokenizer)
         return evaluate(spec, agent, args.policy, on_progress), spec
     finally:
         bar.close()

@@ -197,6 +197,22 @@ def with_env_kwargs(env_ids: list[str], items: list[str]) -> list[str]:
     return out
 
 
+def in_format(env_ids: list[str], action_format: str) -> list[str]:
+    """The tasks in `action_format`: unchanged for `tags`; for `tools` each becomes a variant whose envs are built with
+    `action_format="tools"` (as a run config's `env.action_format: tools` makes them)."""
+    if action_format == "tags":
+        return env_ids
+    if action_format != "tools":
+        raise UsageError(f"--action-format: tags or tools, got {action_format!r}")
+    out = []
+    for env_id in env_ids:
+        if not getattr(env_class(env_id), "tools", ()):
+            raise UsageError(f"{env_id} declares no tools (AgentEnv.tools): it can only be evaluated with "
+                             "--action-format tags")
+        out.append(task_variant(env_id, task_label(env_id), {"action_format": "tools"}))
+    return out
+
+
 def constructor_options(env_id: str) -> list[str] | None:
     """The keyword options a task's class takes: its `__init__`'s named parameters and, where that passes
     `**kwargs` on, its bases'; None where they end in `**kwargs` that anything may fill."""

@@ -46,6 +46,7 @@ from eppo_train.policy.models import (
     load_tokenizer,
     resolve_model,
 )
+from eppo_train.report.memory import cuda_peaks, release
 from eppo_train.runtime.ray_cluster import check_resources, lost, wire_bytes
 
 if TYPE_CHECKING:
@@ -160,7 +161,11 @@ class LearnerWorker:
             self.learner = Learner(from_dict(cfg_data), group=group)
 
     def train_step(self, samples: list[Sample]) -> StepReport:
-        return self.learner.train_step(samples)
+        cuda_peaks("learner")  # the step's own peaks from here
+        report = self.learner.train_step(samples)
+        release()  # the step's activations and cached states back to the system, in whichever process learns
+        report.metrics.update(cuda_peaks("learner"))
+        return report
 
     def weights(self) -> dict[str, torch.Tensor] | AdapterUpdate | None:
         """What the generator samples the next batch with (learner.staleness: possibly older than the learner's);

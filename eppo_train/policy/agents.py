@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eppo_envs.core.registry import env_class
+from eppo_envs.core.tools import call_text
 from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
+from eppo_train.policy.chat import CALL_ID, ChatFormat
 from eppo_train.policy.engine import EngineGroup
+from eppo_train.policy.tool_calls import canonical_text, parse_reply
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -42,9 +45,10 @@ class TurnState:
     turn: int
     observation: str
     info: dict[str, Any]
-    messages: list[dict[str, str]]  # the context as chat messages (window applied)
+    messages: list[dict[str, Any]]  # the context as chat messages (window applied)
     prompt_ids: list[int] | None = None  # the same context as token ids (token agents only)
     budget: int = 0  # most new tokens this turn may take (context length left)
+    tools: list[dict] | None = None  # the task's tools as JSON schemas (the tools action format), else None
 
 
 @dataclass
@@ -54,6 +58,11 @@ class Action:
     logprobs: list[float] | None = None
     finished: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
+    # the tools action format: the reply's calls ({"name", "arguments"}) and the canonical text the env is sent;
+    # None: the rollout reads them off `text` (policy/tool_calls.py)
+    calls: list[dict[str, Any]] | None = None
+    env_text: str | None = None
+    message: dict[str, Any] | None = None  # the assistant message to keep, when not {"role": "assistant", "content": text}
 
 
 class Agent(ABC):
@@ -87,14 +96,27 @@ class PolicyAgent(Agent):
 
 
 class ChatAgent(Agent):
-    """A text-only chat backend (an OpenAI-compatible endpoint): messages in, text out."""
+    """A text-only chat backend (an OpenAI-compatible endpoint): messages in, text out. In the tools action format
+    the task's tools go with the request and the reply's structured calls come back (`ChatBackend.chat_tools`)."""
 
     def __init__(self, backend: ChatBackend, params: SamplingParams) -> None:
         self.backend, self.params = backend, params
         self.name = getattr(backend, "name", "chat")
 
     def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
-        return [Action(text) for text in self.backend.chat([s.messages for s in states], self.params)]
+        if not any(s.tools for s in states):
+            return [Action(text) for text in self.backend.chat([s.messages for s in states], self.params)]
+        out = []
+        for reply in self.backend.chat_tools([s.messages for s in states], [s.tools or [] for s in states],
+                                             self.params):
+            text = canonical_text(reply.content, reply.calls)
+            if len(reply.calls) == 1:  # kept as the API's structured call, which the tool message answers
+                message = {"role": "assistant", "content": reply.content,
+                           "tool_calls": [{"id": CALL_ID, "type": "function", "function": reply.calls[0]}]}
+            else:  # no call or several: the reply as text, answered by a user message
+                message = {"role": "assistant", "content": text}
+            out.append(Action(text, calls=reply.calls, env_text=text, message=message))
+        return out
 
 
 class ExpertAgent(Agent):
@@ -118,10 +140,14 @@ class ExpertTokenAgent(Agent):
         self.tokenizer = tokenizer
         eos = tokenizer.eos_token_id
         self.eos = eos if isinstance(eos, int) else list(eos)[0]
+        self.chat = ChatFormat(tokenizer)
 
     def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         out = []
         for state, text in zip(states, pool.expert_actions([s.slot for s in states]), strict=True):
+            if state.tools:  # the env's canonical call, written as the model's chat template writes calls
+                reply = parse_reply("hermes", text)
+                text = self.chat.reply_text(reply.content, reply.calls, state.tools) if reply.calls else text
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: max(state.budget - 1, 0)]
             ids = ids + [self.eos]
             out.append(Action(text, ids, [0.0] * len(ids), True))
@@ -161,6 +187,9 @@ class RandomAgent(Agent):
                 rng.choice([str(rng.randint(0, 100)), "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 8)))])
                 for _ in range(rng.randint(1, 3))
             )
+        if s.tools:  # the tools format: a call of one of the task's tools, every argument the random content
+            tool = rng.choice(s.tools)["function"]
+            return call_text(tool["name"], {p: content for p in tool["parameters"]["properties"]})
         if not tags:  # a task that reads no tag but a fenced python block (eppo/Code-v0)
             return f"```python\n{content}\n```"
         tag = rng.choice(tags)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -73,6 +74,15 @@ class PolicyBackend(ABC):
         """Release processes or GPU memory the backend holds."""
 
 
+@dataclass
+class ChatReply:
+    """A chat reply with function calling: its text and its calls ({"name", "arguments"}, arguments a dict where
+    they parsed as a JSON object, else the string the endpoint sent)."""
+
+    content: str
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+
 class ChatBackend(ABC):
     """A text-only policy (e.g. an OpenAI-compatible endpoint): chat messages in, reply text out, no token ids.
 
@@ -84,6 +94,13 @@ class ChatBackend(ABC):
     @abstractmethod
     def chat(self, conversations: Sequence[list[dict[str, str]]], params: SamplingParams) -> list[str]:
         """One reply per conversation (each a list of {"role", "content"} messages)."""
+
+    def chat_tools(self, conversations: Sequence[list[dict[str, Any]]], tools: Sequence[list[dict]],
+                   params: SamplingParams) -> list[ChatReply]:
+        """One reply per conversation, with `tools[i]` (JSON schemas) offered to conversation i: the tools action
+        format. Messages may hold assistant `tool_calls` and `tool` results."""
+        raise NotImplementedError(f"{type(self).__name__} does not support function calling; use "
+                                  "env.action_format=tags (--action-format tags)")
 
     def close(self) -> None:  # noqa: B027
         """Release connections."""

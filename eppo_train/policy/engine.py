@@ -40,8 +40,8 @@ class EngineSpec:
     dtype: str = "auto"
     max_model_len: int = 4096  # prompt + completion tokens per sequence (vLLM sizes its KV cache by it)
     seed: int = 0
-    # vLLM on CPU: KV-cache GiB (VLLM_CPU_KVCACHE_SPACE, unless already set); None: enough for `max_sequences`
-    # whole sequences (kv_cache_gib). Too small a cache drops the earlier turns' blocks and re-prefills every
+    # vLLM on CPU: KV-cache GiB (unless the user set VLLM_CPU_KVCACHE_SPACE); None: enough for `max_sequences`
+    # whole sequences (kv_cache_bytes). Too small a cache drops the earlier turns' blocks and re-prefills every
     # transcript each turn: with 2 GiB in float32 an ALFWorld turn of 64 episodes takes twice as long by turn 4
     kv_cache_gb: float | None = None
     max_sequences: int = 80  # episodes generated in one call (the pipeline: 80 in RL, 64 in evaluation)
@@ -87,10 +87,13 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
         if spec.tensor_parallel_size > 1:
             kwargs["tensor_parallel_size"] = spec.tensor_parallel_size
     else:
-        gib = kv_cache_gib(spec) if spec.kv_cache_gb is None else max(1, round(spec.kv_cache_gb))
+        # The cache is this engine's own argument, in bytes: VLLM_CPU_KVCACHE_SPACE (whole GiB) is set by a user only,
+        # and then wins (vLLM reads it over the argument). An environment variable set here would round the cache
+        # up to whole GiB and size every later engine of the process (a study's, the bench's) by this one's batch.
         if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(gib)
-            warning = kv_cache_warning(spec, gib) if spec.kv_cache_gb is None else None  # auto, capped by memory
+            size = kv_cache_bytes(spec) if spec.kv_cache_gb is None else int(spec.kv_cache_gb * GiB)
+            kwargs["kv_cache_memory_bytes"] = size
+            warning = kv_cache_warning(spec, size) if spec.kv_cache_gb is None else None  # auto, capped by memory
             if warning:
                 print(warning, file=sys.stderr, flush=True)
         # Every core runs the model (vLLM's CPU default leaves one for its front end, which sits idle while the
@@ -147,30 +150,33 @@ def _text_config(model: str):  # noqa: ANN202  (a transformers PretrainedConfig,
     return cfg, getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
-def kv_cache_gib(spec: EngineSpec, memory_share: float = 0.4) -> int:
-    """Whole GiB of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
+GiB = 2**30
+KV_CACHE_FLOOR = 2**28  # 256 MiB: room for a few sequences even when free memory is short
+
+
+def kv_cache_bytes(spec: EngineSpec, memory_share: float = 0.4) -> int:
+    """Bytes of KV cache that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens at once, so a
     multi-turn batch keeps every earlier turn cached (prefix caching) instead of re-prefilling it; at most
-    `memory_share` of the memory available now (the learner and the envs need the rest), at least 1."""
-    return max(1, min(kv_cache_needed_gib(spec), int(available_memory() * memory_share / 2**30)))
+    `memory_share` of the memory available now (the learner and the envs need the rest), at least 256 MiB."""
+    return max(KV_CACHE_FLOOR, min(kv_cache_needed_bytes(spec), int(available_memory() * memory_share)))
 
 
-def kv_cache_warning(spec: EngineSpec, gib: int) -> str | None:
-    """One line when `gib` is less than the whole batch needs, else None. Such a cache drops earlier turns' blocks:
-    they are prefilled again (slower), and a prompt prefilled whole rather than from cached blocks gets different
-    bf16 rounding, so near-tie greedy replies can differ from a run with the full cache (measured: the same WebShop
-    evaluation moves on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
-    need = kv_cache_needed_gib(spec)
-    if gib >= need:
+def kv_cache_warning(spec: EngineSpec, size: int) -> str | None:
+    """One line when `size` bytes are less than the whole batch needs, else None. Such a cache drops earlier turns'
+    blocks: they are prefilled again (slower), and a prompt prefilled whole rather than from cached blocks gets
+    different bf16 rounding, so near-tie greedy replies can differ from a run with the full cache (measured: the
+    same WebShop evaluation moves on 2 of 64 instances with 1 GiB instead of 4; docs/bench.md)."""
+    need = kv_cache_needed_bytes(spec)
+    if size >= need:
         return None
-    return (f"warning: vLLM's KV cache is {gib} GiB of the {need} GiB a batch of {spec.max_sequences} x "
-            f"{spec.max_model_len} tokens needs (too little free memory): slower, and near-tie greedy replies can "
-            "differ from a run with the whole cache; free memory or set model.kv_cache_gb")
+    return (f"warning: vLLM's KV cache is {size / GiB:.1f} GiB of the {need / GiB:.1f} GiB a batch of "
+            f"{spec.max_sequences} x {spec.max_model_len} tokens needs (too little free memory): slower, and near-tie "
+            "greedy replies can differ from a run with the whole cache; free memory or set model.kv_cache_gb")
 
 
-def kv_cache_needed_gib(spec: EngineSpec) -> int:
-    """Whole GiB that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens (at least 1)."""
-    import math
-
+def kv_cache_needed_bytes(spec: EngineSpec) -> int:
+    """The bytes that hold `spec.max_sequences` sequences of `spec.max_model_len` tokens: the run's own token
+    budget for one engine call, exactly (the cache is no longer rounded up to whole GiB)."""
     import torch
 
     cfg, head_dim = _text_config(spec.model)
@@ -178,7 +184,7 @@ def kv_cache_needed_gib(spec: EngineSpec) -> int:
     value_bytes = torch.empty(0, dtype=getattr(torch, resolve_dtype(spec.dtype))).element_size()
     # a key and a value vector per layer and KV head, for every token
     per_token = 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * value_bytes
-    return max(1, math.ceil(spec.max_sequences * spec.max_model_len * per_token / 2**30))
+    return spec.max_sequences * spec.max_model_len * per_token
 
 
 def available_memory() -> int:

@@ -31,6 +31,7 @@ from typing import Any
 from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
 from eppo_train.policy.models import load_tokenizer
 from eppo_train.policy.vllm import VLLMPolicy, quiet_child_env, scoped_environment, weights_file
+from eppo_train.report.memory import ENGINE, name_process
 from eppo_train.runtime.interrupt import WorkerLost, relayed_child_output
 
 
@@ -52,6 +53,7 @@ class HostedVLLMPolicy(PolicyBackend):
         # after a Ctrl-C, the child's shutdown messages are dropped
         with relayed_child_output(), scoped_environment(**quiet_child_env()):
             self._process.start()
+        name_process(self._process.pid, ENGINE)  # the run's memory account counts it as the engine
         child_end.close()
         self._receive()  # "ready", or the reason it could not start
 

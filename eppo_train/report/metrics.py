@@ -26,6 +26,13 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _tag(key: str) -> str:
+    """The TensorBoard tag of an iteration scalar: memory (report/memory.py) under `memory/`, the rest `train/`."""
+    if key.startswith(("mem_", "cuda_")):
+        return f"memory/{key.removeprefix('mem_')}"
+    return f"train/{key}"
+
+
 class MetricsWriter:
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_offset: int | None = None,
                  resume_step: int | None = None) -> None:
@@ -55,7 +62,7 @@ class MetricsWriter:
         if self.tb is not None:
             for k, v in scalars.items():
                 if isinstance(v, int | float) and math.isfinite(v):
-                    self.tb.add_scalar(f"train/{k}", v, step)
+                    self.tb.add_scalar(_tag(k), v, step)
             for task, values in tasks.items():
                 for k, v in values.items():
                     if isinstance(v, int | float) and math.isfinite(v):
@@ -73,3 +80,17 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def task_means(records: list[dict], keys: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per task, the mean over the iterations that logged it of each of `keys` (a task or key never logged is
+    left out)."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        for task, values in r.get("tasks", {}).items():
+            for k in keys:
+                v = values.get(k)
+                if isinstance(v, int | float) and math.isfinite(v):
+                    sums.setdefault(task, {}).setdefault(k, []).append(float(v))
+    return {t: {k: sum(v) / len(v) for k, v in per.items()} for t, per in sorted(sums.items())}
+

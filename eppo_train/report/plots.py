@@ -1,5 +1,8 @@
 """`eppo-train plot RUN_DIR`: PNG curves from a run's metrics.jsonl.
 
+clipping.png  per task, the share of tokens the clip acted on at the lower bound (ratio < 1 - eps_low, negative
+              advantage) and at the upper bound (ratio > 1 + eps_high, positive advantage), and mean |ratio - 1|:
+              whether the clip range, paced or not, binds at all
 entropy.png   per-task token entropy H_k (thin) and its EMA H^_k (thick); crossovers as dashed vertical lines,
               spikes as crosses on H_k
 success.png   per-task success rate and mean reward
@@ -27,6 +30,10 @@ def _series(records: list[dict], task: str, key: str) -> tuple[list[int], list[f
     return xs, ys
 
 
+def _percent(series: tuple[list[int], list[float]]) -> tuple[list[int], list[float]]:
+    return series[0], [100.0 * y for y in series[1]]
+
+
 def _mark_crossovers(ax, records: list[dict]) -> None:
     steps = [r["step"] for r in records if r.get("events", {}).get("crossovers")]
     for i, s in enumerate(steps):
@@ -49,6 +56,17 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     colors = {t: f"C{i % 10}" for i, t in enumerate(tasks)}
     written = []
+
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4))
+    for t in tasks:
+        a1.plot(*_percent(_series(records, t, "clip_low_frac")), color=colors[t], marker="o", markersize=3, label=t)
+        a2.plot(*_percent(_series(records, t, "clip_high_frac")), color=colors[t], marker="o", markersize=3, label=t)
+        a3.plot(*_series(records, t, "ratio_dev"), color=colors[t], marker="o", markersize=3, label=t)
+    a1.set(xlabel="step", ylabel="% of tokens", title="Clipped at 1 - eps_low (A < 0)")
+    a2.set(xlabel="step", ylabel="% of tokens", title="Clipped at 1 + eps_high (A > 0)")
+    a3.set(xlabel="step", ylabel="mean |r - 1|", title="How far the ratio moved")
+    a1.legend(fontsize=8)
+    written.append(_save(fig, out / "clipping.png"))
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for t in tasks:

@@ -14,6 +14,8 @@ from typing import Any
 
 from eppo_train.config import Config
 from eppo_train.core.stats import Interval, paired_bootstrap_mean_diff, stratified_bootstrap_mean, wilson
+from eppo_train.report.memory import summary_lines
+from eppo_train.report.metrics import read_metrics, task_means
 
 COLUMNS = (("eval_base", "before SFT"), ("eval_sft", "after SFT"), ("eval_rl", "after RL"))
 DIFFS = (("eval_base", "eval_sft", "SFT − base"), ("eval_sft", "eval_rl", "RL − SFT"))
@@ -110,6 +112,29 @@ def table(done: dict[str, Any], metric: str) -> list[str]:
     return lines
 
 
+CLIP_KEYS = ("clip_low_frac", "clip_high_frac", "ratio_dev", "approx_kl", "eps_low", "eps_high", "entropy")
+
+
+def clip_table(records: list[dict]) -> list[str]:
+    """How far the RL stage's updates moved the policy per batch and how often the clip acted: per task, the mean
+    over iterations of the share of tokens clipped at each bound, mean |ratio - 1|, approx KL, the (paced) bounds
+    and the token entropy."""
+    means = task_means(records, CLIP_KEYS)
+    if not means:
+        return []
+    steps = [r.get("optimizer_steps") for r in records if r.get("optimizer_steps")]
+    lines = [f"## The clip during RL ({(sum(steps) / len(steps)) if steps else float('nan'):.0f} optimizer steps a "
+             "batch; per task, mean over iterations)", "",
+             "| task | clipped at 1 − ε_low (%) | clipped at 1 + ε_high (%) | mean \\|r − 1\\| | approx KL | ε_low | "
+             "ε_high | entropy (nats) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    cells = (("clip_low_frac", ".2f", 100.0), ("clip_high_frac", ".2f", 100.0), ("ratio_dev", ".4f", 1.0),
+             ("approx_kl", ".5f", 1.0), ("eps_low", ".3f", 1.0), ("eps_high", ".3f", 1.0), ("entropy", ".3f", 1.0))
+    for task, m in means.items():
+        row = [format(m[k] * scale, fmt) if k in m else "–" for k, fmt, scale in cells]
+        lines.append(f"| {task} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
 def write_summary(run_dir: Path, cfg: Config, done: dict[str, Any]) -> Path:
     first = next((done[k] for k, _ in COLUMNS if k in done), {"tasks": {}})
     n = next(iter(first["tasks"].values()), {}).get("episodes", 0)
@@ -155,11 +180,16 @@ def write_summary(run_dir: Path, cfg: Config, done: dict[str, Any]) -> Path:
         text.append(f"RL: {rl['iterations']} iterations of `{cfg.algo.name}` "
                     f"({len(cfg.env.tasks)} tasks x problems x group {cfg.rollout.group_size}); "
                     "metrics in `rl/metrics.jsonl`, plots in `rl/plots/`.")
+        text += ["", *clip_table(read_metrics(Path(run_dir) / "rl"))]
     if "eval_sft" in done and "eval_base" in done:
         better = [t for t, s in done["eval_sft"]["tasks"].items()
                   if s.get("success", 0.0) > done["eval_base"]["tasks"].get(t, {}).get("success", 0.0)]
         text.append(f"Tasks where SFT beats the base model: {len(better)} of {len(done['eval_sft']['tasks'])} "
                     f"({', '.join(better) or 'none'}).")
+    memory_lines = summary_lines({k: v.get("memory", {}) for k, v in done.items() if isinstance(v, dict)},
+                                 read_metrics(Path(run_dir) / "rl"))
+    if memory_lines:
+        text += ["", *memory_lines]
     path = Path(run_dir) / "summary.md"
     path.write_text("\n".join(text) + "\n")
     return path

@@ -6,6 +6,10 @@ agent for evaluation), then every env steps. Token agents get a transcript built
 tokens only. Context per task (`ContextMode`): `full` (the whole transcript, one Sample per episode) or `window`
 (the first user message plus the last k exchanges, one Sample per turn). Episodes and samples carry the task label
 the caller gives (`RolloutConfig.labels`), so nothing downstream rewrites them.
+
+An episode whose env speaks the tools action format (its reset info carries `tools`) declares them to the chat
+template; each reply is read with the template's tool-call syntax (`ChatFormat.parse`) into the canonical call the
+env reads, and the observation answering a reply's one call comes back as a `tool` message (`policy/chat.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from eppo_train.core.stats import episode_stats
 from eppo_train.policy.agents import Action, Agent, TurnState, as_agent
 from eppo_train.policy.base import SamplingParams
 from eppo_train.policy.chat import ChatFormat
+from eppo_train.policy.tool_calls import parse_reply
 from eppo_train.report.ticks import RolloutTick, notify
 from eppo_train.rollout.env_pool import EnvJob, EnvPool
 
@@ -116,7 +121,8 @@ class _Live:
     mode: ContextMode
     observation: str
     info: dict[str, Any]
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
+    tools: list[dict] | None = None  # the env's tools (the tools action format), else None
     # token transcript (token agents only): ids, mask, log-probs; spans of each response in `ids`
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -168,13 +174,16 @@ def run_rollout(
         task = cfg.label(problem.env_id, info["task"])
         episode = Episode(problem.env_id, task, info.get("split", problem.split), problem.seed,
                           info["instance_id"], info.get("instruction", ""), obs)
+        tools = info.get("tools") if info.get("action_format") == "tools" else None
         live = _Live(problem, member, slot, episode, cfg.context_mode(task, problem.env_id), obs, info,
-                     messages, obs_hashes=[_hash(obs)])
+                     messages, tools, obs_hashes=[_hash(obs)])
         if fmt is not None:
-            live.ids = fmt.prompt_ids(messages)
+            live.ids = fmt.prompt_ids(messages, tools)
             live.mask, live.logprobs = [0] * len(live.ids), [0.0] * len(live.ids)
         lives.append(live)
 
+    if fmt is not None and any(live.tools is not None for live in lives):
+        fmt.syntax  # noqa: B018  (a template without tool support is its one-line error now, before any generation)
     bar = _progress(len(lives), cfg.progress)
     tokens = 0
     for turn in range(cfg.max_turns):
@@ -196,8 +205,11 @@ def run_rollout(
         t = time.perf_counter()
         actions = agent.act(states, pool)
         gen_s += time.perf_counter() - t
+        for live, action in zip(acting, actions, strict=True):
+            if live.tools is not None:
+                _read_calls(action, fmt)
         t = time.perf_counter()
-        outs = pool.step([s.slot for s in states], [a.text for a in actions])
+        outs = pool.step([s.slot for s in states], [a.env_text if a.env_text is not None else a.text for a in actions])
         env_s += time.perf_counter() - t
         for live, state, action, out in zip(acting, states, actions, outs, strict=True):
             _advance(live, state, action, out, fmt)
@@ -218,6 +230,16 @@ def run_rollout(
     return RolloutResult(samples, episodes, _stats(lives, samples, gen_s, env_s, wall))
 
 
+def _read_calls(action: Action, fmt: ChatFormat | None) -> None:
+    """Fill a tools-format action's calls and env text from its reply text, where the agent has not (an endpoint
+    gives structured calls; a token policy writes them in its template's syntax; a text agent such as the expert
+    writes the env's canonical syntax, which is Hermes')."""
+    if action.env_text is None or action.calls is None:
+        reply = fmt.parse(action.text) if fmt is not None else parse_reply("hermes", action.text)
+        action.env_text = reply.env_text if action.env_text is None else action.env_text
+        action.calls = reply.calls if action.calls is None else action.calls
+
+
 def _start_messages(user: str, system: str | None) -> list[dict[str, str]]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
 
@@ -228,12 +250,12 @@ def _turn_state(live: _Live, turn: int, fmt: ChatFormat | None, cfg: RolloutConf
     messages = _window(live.messages, live.mode.window, system) if mode == "window" else live.messages
     prompt: list[int] | None = None
     if fmt is not None:
-        prompt = live.ids if mode == "full" else fmt.prompt_ids(messages)
+        prompt = live.ids if mode == "full" else fmt.prompt_ids(messages, live.tools)
     p = live.problem
     reply = cfg.reply_budget(p.env_id)
     budget = reply if prompt is None else min(reply, cfg.max_total_tokens - len(prompt))
     return TurnState(live.slot, p.env_id, live.episode.task, p.seed, live.member, turn, live.observation, live.info,
-                     messages, prompt, budget)
+                     messages, prompt, budget, live.tools)
 
 
 def _advance(live: _Live, state: TurnState, action: Action, out: tuple, fmt: ChatFormat | None) -> None:
@@ -241,9 +263,14 @@ def _advance(live: _Live, state: TurnState, action: Action, out: tuple, fmt: Cha
     extras = {k: v for k, v in json_safe(info).items() if k not in TURN_INFO_DROPPED}
     if action.token_ids is not None:
         extras["response_tokens"] = len(action.token_ids)
+    if action.env_text is not None and action.env_text != action.text:
+        extras["env_action"] = action.env_text  # what the env was sent: the reply's call, canonical
     live.episode.turns.append(Turn(action.text, obs, float(reward), bool(info.get("action_valid", True)), extras))
     live.episode.won = live.episode.won or bool(info.get("won", False))
-    live.messages += [{"role": "assistant", "content": action.text}, {"role": "user", "content": obs}]
+    # a reply with exactly one call is answered by a tool message; anything else (tags format included) by a user one
+    role = "tool" if live.tools is not None and len(action.calls or ()) == 1 else "user"
+    live.messages += [action.message or {"role": "assistant", "content": action.text},
+                      ChatFormat.observation_message(obs, role)]
     if fmt is not None and action.token_ids is not None:
         if live.mode.kind == "window":
             live.windows.append((list(state.prompt_ids or []), action))
@@ -253,7 +280,7 @@ def _advance(live: _Live, state: TurnState, action: Action, out: tuple, fmt: Cha
         live.logprobs += list(action.logprobs or [0.0] * len(action.token_ids))
         live.spans.append((start, len(live.ids)))
         if not (terminated or truncated):  # the next turn's scaffolding + observation (never trained on)
-            scaffold = fmt.turn_ids(obs, action.token_ids[-1] if action.token_ids else None)
+            scaffold = fmt.turn_ids(obs, action.token_ids[-1] if action.token_ids else None, role, live.tools)
             live.ids += scaffold
             live.mask += [0] * len(scaffold)
             live.logprobs += [0.0] * len(scaffold)

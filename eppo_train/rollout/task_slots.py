@@ -66,9 +66,11 @@ def prepare_tasks(cfg: Config) -> list[TaskSlot]:
         if label in labels:
             raise ConfigError(f"env.tasks.{i}: task {label!r} appears twice; give one a `name`")
         labels.add(label)
-        env_id = task_variant(t.id, label, t.kwargs, t.max_turns) if t.name or t.kwargs or t.max_turns else t.id
-        if t.kwargs:
-            _check_options(env_id, f"env.tasks.{i}.kwargs")
+        # the tools format is a constructor option of every task (AgentEnv's action_format)
+        kwargs = {**t.kwargs, "action_format": "tools"} if cfg.env.action_format == "tools" else t.kwargs
+        env_id = task_variant(t.id, label, kwargs, t.max_turns) if t.name or kwargs or t.max_turns else t.id
+        if kwargs:
+            _check_options(env_id, f"env.tasks.{i}.kwargs" if t.kwargs else "env.action_format")
         check_split(t.id, t.split, f"env.tasks.{i}.split")
         slots.append(TaskSlot(t, env_id, label))
     for name, split in cfg.evaluation.split.items():

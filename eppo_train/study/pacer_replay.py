@@ -14,7 +14,8 @@ setting would have produced on that trajectory. Per setting, over the steps afte
 - `order`: the share of steps where c_k orders the tasks as their EMA entropies do (Kendall concordance of the
   pairs; the contract: a lower entropy than another task's gets a tighter range). 'self' does not compare tasks.
 
-    python -m eppo_train.study.pacer_replay docs/results/study/*.json --out docs/results/pacer-response.md
+    python -m eppo_train.study.pacer_replay docs/results/study-archive-r1/study/*-seed*.json \
+        --out docs/results/pacer-response.md
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ def table(paths: Sequence[Path], settings: Sequence[tuple[str, dict]] = SETTINGS
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eppo_train.study.pacer_replay", description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="study result files (*.json) or runs' metrics.jsonl")
-    parser.add_argument("--out", type=Path, help="write the table there (markdown) as well as printing it")
+    parser.add_argument("--out", type=Path, help="append the table there (markdown) as well as printing it")
+    parser.add_argument("--title", default="", help="the table's heading in --out")
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.paths if not p.is_file()]
     if missing:
@@ -142,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     text = table(args.paths)
     print(text)
     if args.out:
-        args.out.write_text(text + "\n")
+        names = sorted({p.stem for p in args.paths})
+        head = (f"## {args.title or 'Replayed runs'}\n\n{len(args.paths)} runs ({', '.join(names[:6])}"
+                f"{', ...' if len(names) > 6 else ''}), after warm-up (2 batches per task).\n\n")
+        with open(args.out, "a") as f:
+            f.write(head + text + "\n\n")
     return 0
 
 

@@ -9,16 +9,54 @@ from eppo_train.core.registry import ConfigError
 
 DEFAULT_ALGOS = ("grpo", "dapo", "eppo", "clip_cov")
 
-# EPPO's ablation: each changes one thing from the main `eppo` runs (variant both, lambda 0.5, alpha 2).
+# EPPO's ablation: each changes one thing from the main `eppo` runs (the shipped pacing: variant both, reference
+# geomean, lambda 0.5, alpha 1, beta 0.5; algos/pacing.py).
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "eppo-high": ("pacing.variant=high",),  # pace only eps_high
     "eppo-low": ("pacing.variant=low",),  # pace only eps_low
-    "eppo-target": ("pacing.variant=target",),  # pace towards pacing.default_target nats, not the task mean
+    "eppo-target": ("pacing.variant=target",),  # pace towards pacing.default_target nats, not the other tasks
+    "eppo-mean": ("pacing.reference=mean",),  # the arithmetic mean as the reference
+    "eppo-self": ("pacing.reference=self",),  # each task against its own slow baseline
+    "eppo-pace": ("pacing.reference=pace",),  # each task's own change against the other tasks' changes
     "eppo-lam0.25": ("pacing.lam=0.25",),  # smaller largest change of a bound
     "eppo-lam0.9": ("pacing.lam=0.9",),
-    "eppo-alpha1": ("pacing.alpha=1.0",),  # a flatter response to the entropy log-ratio
-    "eppo-alpha4": ("pacing.alpha=4.0",),
+    "eppo-alpha0.5": ("pacing.alpha=0.5",),  # a flatter response to the entropy log-ratio
+    "eppo-alpha2": ("pacing.alpha=2.0",),  # a steeper one
 }
+
+
+@dataclass(frozen=True)
+class OfficialStudy:
+    """A study whose result files are committed and whose section `docs/results/study.md` holds (`make
+    experiment` runs every one in order, each skipping its finished runs)."""
+
+    name: str  # the section and the results folder under docs/results/study/
+    config: str  # the shipped config it runs
+    title: str
+    seeds: int  # seeds 0..seeds-1 of every loss in DEFAULT_ALGOS
+    ablation_seeds: int  # seeds of every ablation in `ablations`
+    ablations: tuple[str, ...] = ()
+
+    @property
+    def results(self) -> Path:
+        return STUDY_RESULTS / self.name
+
+    def plan(self, algos: list[str] | None = None) -> list[StudyRun]:
+        return make_plan(list(algos or DEFAULT_ALGOS), self.seeds, list(self.ablations), self.ablation_seeds)
+
+
+STUDY_RESULTS = Path("docs/results/study")  # result files, committed as they land
+STUDY_REPORT = Path("docs/results/study.md")
+OFFICIAL = (
+    OfficialStudy("testbed", "study-testbed", "The pace testbed (four tasks of graded difficulty, minutes a run)",
+                  seeds=10, ablation_seeds=3, ablations=tuple(ABLATIONS)),
+    OfficialStudy("suite", "study", "The suite (SearchQA, Math, Code after the pipeline's SFT)", seeds=3,
+                  ablation_seeds=0),
+)
+
+
+def official(config: str) -> OfficialStudy | None:
+    return next((s for s in OFFICIAL if s.config == config), None)
 
 
 @dataclass(frozen=True)
@@ -47,5 +85,6 @@ def make_plan(algos: list[str], seeds: int, ablations: list[str], ablation_seeds
         raise ConfigError(f"--ablations: unknown ablation {unknown[0]!r} (known: {', '.join(ABLATIONS)})")
     # seed-major: a study stopped part-way has every loss at the first seeds rather than one loss at all seeds
     runs = [StudyRun(a, a, s) for s in range(seeds) for a in algos]
-    runs += [StudyRun(a, "eppo", s, ABLATIONS[a]) for a in ablations for s in range(ablation_seeds)]
+    # ablations seed-major too: every setting at seed 0 before any at seed 1
+    runs += [StudyRun(a, "eppo", s, ABLATIONS[a]) for s in range(ablation_seeds) for a in ablations]
     return runs

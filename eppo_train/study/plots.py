@@ -1,7 +1,7 @@
 """The study report's figures, drawn from result files alone (study_record.py), with matplotlib (Agg).
 
-entropy.png  per-task token entropy H_k (thin) and its EMA H^_k (thick) over iterations, one GRPO run beside one
-             EPPO run (the lowest seed of each); spikes as crosses, crossovers as dashed vertical lines
+entropy.png  per-task token entropy H_k (thin) and its smoothed value (thick) over iterations, one GRPO run beside
+             one EPPO run (the lowest seed of each); crossovers as dashed vertical lines (study/dynamics.py)
 success.png  training success per iteration (mean over tasks), one line per loss: mean over seeds, band +-1 std
 eps.png      EPPO's paced clip bounds per task over iterations (eps_high solid, eps_low dotted), one EPPO run
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+
+from eppo_train.study.dynamics import SMOOTHING, count, entropies
 
 
 def _plt():
@@ -36,20 +38,21 @@ def _tasks(runs: list[dict]) -> list[str]:
 
 
 def _entropy_panel(ax, run: dict, tasks: list[str]) -> None:
+    """The run's entropies, with the crossovers and spikes the report counts (study/dynamics.py)."""
+    d = run.get("dynamics") or count(entropies(run))
     for i, t in enumerate(tasks):
         c = f"C{i % 10}"
-        ax.plot(*_series(run, t, "entropy"), color=c, linewidth=0.8, alpha=0.6)
-        ax.plot(*_series(run, t, "entropy_ema"), color=c, linewidth=2.2, label=t)
-        values = dict(zip(*_series(run, t, "entropy"), strict=True))
-        pts = [(it["step"], values[it["step"]]) for it in run["iterations"]
-               if t in it["spikes"] and it["step"] in values]
-        if pts:
-            ax.scatter(*zip(*pts, strict=True), marker="x", s=60, color=c)
-    steps = [it["step"] for it in run["iterations"] if it["crossovers"]]
-    for j, s in enumerate(steps):
+        xs, ys = _series(run, t, "entropy")
+        ax.plot(xs, ys, color=c, linewidth=0.8, alpha=0.6)
+        smooth, h = [], None
+        for y in ys:
+            h = y if h is None else SMOOTHING * h + (1 - SMOOTHING) * y
+            smooth.append(h)
+        ax.plot(xs, smooth, color=c, linewidth=2.2, label=t)
+    for j, s in enumerate(sorted(set(d.crossover_steps))):
         ax.axvline(s, color="grey", linestyle="--", linewidth=0.8, label="crossover" if j == 0 else None)
     ax.set(xlabel="iteration", ylabel="token entropy (nats)",
-           title=f"{run['name']}: {run['crossovers']} crossovers, {run['spikes']} spikes")
+           title=f"{run['name']}: {d.crossovers} crossovers, {d.spikes} spikes")
     ax.legend(fontsize=7)
 
 

@@ -35,7 +35,7 @@ from eppo_train.study.plan import StudyRun
 SCHEMA = 1
 # Per-task training numbers kept per iteration (the rest of metrics.jsonl stays in the scratch run folder).
 TASK_KEYS = ("success", "reward", "entropy", "entropy_ema", "pace_scale", "eps_low", "eps_high", "clip_frac",
-             "approx_kl", "response_length", "samples")
+             "clip_low_frac", "clip_high_frac", "ratio_dev", "ratio_std", "approx_kl", "response_length", "samples")
 EVAL_KEYS = ("episodes", "success", "success_ci95", "mean_reward", "mean_reward_ci95", "invalid_action_rate",
              "env_id", "split", "reward_revision", "outcomes")
 

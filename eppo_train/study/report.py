@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppo_train.core.stats import Interval, paired_bootstrap_diff, paired_bootstrap_mean_diff, t_interval
+from eppo_train.study.dynamics import SMOOTHING, SPIKE, count, entropies
 from eppo_train.study.plots import entropy_figure, eps_figure, success_figure
 from eppo_train.study.record import (
     START_FILE,
@@ -156,13 +157,19 @@ def _setup(results: list[dict], tasks: list[str]) -> list[str]:
     return lines
 
 
+def _worst_success(run: dict, tasks: list[str]) -> float:
+    return min(_success(run, t) for t in tasks)
+
+
 def _success_table(groups: dict[str, list[dict]], tasks: list[str], title: str) -> list[str]:
-    head = ["run group", "seeds", *tasks, "**mean**", "crossovers", "spikes"]
+    head = ["run group", "seeds", *tasks, "**mean**", "worst task", "crossovers", "spikes"]
     lines = [title, "", "| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
     for g, runs in groups.items():
         cells = [_ms([_success(r, t) for r in runs]) for t in tasks]
         cells.append(f"**{_ms([_mean_success(r, tasks) for r in runs])}**")
-        cells += [_ms([float(r["crossovers"]) for r in runs]), _ms([float(r["spikes"]) for r in runs])]
+        cells.append(_ms([_worst_success(r, tasks) for r in runs]))
+        cells += [_ms([float(r["dynamics"].crossovers) for r in runs]),
+                  _ms([float(r["dynamics"].spikes) for r in runs])]
         lines.append(f"| {g} | {', '.join(str(r['seed']) for r in runs)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -198,7 +205,8 @@ def _start_rows(starts: dict[str, dict], tasks: list[str]) -> list[str]:
         cells = [f"{_success(start, t):.2f}" if t in start["evaluation"]["tasks"] else "–" for t in tasks]
         mean = _mean_success(start, tasks) if all(t in start["evaluation"]["tasks"] for t in tasks) else float("nan")
         label = "start model (before RL)" if len(starts) == 1 else f"start model `{key}` (before RL)"
-        rows.append(f"| {label} | – | " + " | ".join(cells) + f" | **{mean:.2f}** | – | – |")
+        worst = min((_success(start, t) for t in tasks if t in start["evaluation"]["tasks"]), default=float("nan"))
+        rows.append(f"| {label} | – | " + " | ".join(cells) + f" | **{mean:.2f}** | {worst:.2f} | – | – |")
     return rows
 
 
@@ -221,51 +229,69 @@ def _run_mean(run: dict, key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+CLIP_TARGET = 0.01  # the regime the study means to be in: the clip acts on >= 1 % of a task's tokens on average
+
+
+def _clip_share(run: dict) -> float | None:
+    """Mean over tasks and iterations of the share of tokens the clip acted on, at either bound."""
+    low, high = _run_mean(run, "clip_low_frac"), _run_mean(run, "clip_high_frac")
+    return None if low is None or high is None else low + high
+
+
 def _learner_table(groups: dict[str, list[dict]]) -> list[str]:
-    """How far each loss moved the policy per batch: the clip can only separate losses where it binds."""
-    lines = ["## How much the clip acted (per task and iteration, mean over the run; mean ± std over seeds)", "",
-             "| run group | tokens clipped (%) | approx KL | token entropy (nats) |", "|---|---:|---:|---:|"]
+    """How far each loss moved the policy per batch, and how often the clip acted: the clip can only separate
+    losses where it binds."""
+    lines = ["### How much the clip acted (per task and iteration, mean over the run; mean ± std over seeds)", "",
+             "| run group | clipped at 1 − ε_low (%) | clipped at 1 + ε_high (%) | loss's own clip count (%) | "
+             "mean \\|r − 1\\| | approx KL | token entropy (nats) |", "|---|---:|---:|---:|---:|---:|---:|"]
     for g, runs in groups.items():
         cells = []
-        for key, scale in (("clip_frac", 100.0), ("approx_kl", 1.0), ("entropy", 1.0)):
+        for key, scale, fmt in (("clip_low_frac", 100.0, None), ("clip_high_frac", 100.0, None),
+                                ("clip_frac", 100.0, None), ("ratio_dev", 1.0, ".4f"), ("approx_kl", 1.0, ".4f"),
+                                ("entropy", 1.0, None)):
             vals = [m * scale for m in (_run_mean(r, key) for r in runs) if m is not None]
-            cells.append(_ms(vals) if key != "approx_kl" else
-                         (f"{statistics.fmean(vals):.4f}" if vals else "–"))
+            cells.append("–" if not vals else f"{statistics.fmean(vals):{fmt}}" if fmt else _ms(vals))
         lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    shares = [s for rs in groups.values() for r in rs if (s := _clip_share(r)) is not None]
+    if shares:
+        mean = statistics.fmean(shares)
+        verdict = "meets" if mean >= CLIP_TARGET else "falls short of"
+        lines += ["", f"Over every run the clip acted on {100 * mean:.2f} % of a task's tokens per iteration on "
+                  f"average (either bound; {100 * min(shares):.2f}–{100 * max(shares):.2f} % by run), which "
+                  f"{verdict} the {100 * CLIP_TARGET:.0f} % the study's regime aims at. The clipped shares count, "
+                  "for every loss alike, the tokens whose ratio left [1 − ε_low, 1 + ε_high] on the side where the "
+                  "PPO clip removes their gradient (below with a negative advantage, above with a positive one); "
+                  "the loss's own count is what its objective removed (Clip-Cov adds its detached tokens, KL-Cov "
+                  "counts its penalised ones)."]
     return [*lines, ""]
 
 
-def _events_table(results: list[dict], cfg: dict) -> list[str]:
-    pc = cfg["pacing"]
+def _events_table(results: list[dict]) -> list[str]:
     lines = [
-        "## Entropy crossovers and spikes, per run",
+        "### Entropy crossovers and spikes, per run",
         "",
-        f"Definitions (`eppo_train/algos/pacing.py`, the same for every loss): `H_k` is the mean token entropy of task "
-        f"k's sampled response tokens in an iteration; `Ĥ_k ← β·Ĥ_k + (1−β)·H_k` with β = {pc['beta']}. A "
-        f"**crossover** is a pair of tasks whose EMAs change order (the sign of `Ĥ_i − Ĥ_j` flips from one "
-        f"iteration to the next; ties keep the last order). A **spike** is `H_k(t) > (1 + τ)·Ĥ_k(t−1)` with "
-        f"τ = {pc['tau']}.",
+        f"Counted on each run's per-iteration token entropies H_k(t), by one definition for every run "
+        f"(`eppo_train/study/dynamics.py`): a **crossover** is a pair of tasks whose order by the smoothed entropy "
+        f"H~_k(t) = {SMOOTHING:g}·H~_k(t−1) + {1 - SMOOTHING:g}·H_k(t) flips from one iteration to the next (ties "
+        f"keep the last order); a **spike** is H_k(t) > {1 + SPIKE:g}·H~_k(t−1).",
         "",
         "| run | crossovers | first at iteration | spikes | spikes by task |",
         "|---|---:|---:|---:|---|",
     ]
-    for r in sorted(results, key=lambda r: r["name"]):
-        first = next((it["step"] for it in r["iterations"] if it["crossovers"]), None)
-        spikes: dict[str, int] = {}
-        for it in r["iterations"]:
-            for t in it["spikes"]:
-                spikes[t] = spikes.get(t, 0) + 1
-        lines.append(f"| {r['name']} | {r['crossovers']} | {first or '–'} | {r['spikes']} | "
-                     + (", ".join(f"{t} {n}" for t, n in sorted(spikes.items())) or "–") + " |")
+    for r in sorted(results, key=lambda r: (r["group"], r["seed"])):
+        d = r["dynamics"]
+        first = d.crossover_steps[0] if d.crossover_steps else None
+        lines.append(f"| {r['name']} | {d.crossovers} | {first or '–'} | {d.spikes} | "
+                     + (", ".join(f"{t} {n}" for t, n in sorted(d.spikes_by_task.items())) or "–") + " |")
     return [*lines, ""]
 
 
 def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing: list[str],
              tasks: list[str]) -> list[str]:
-    lines = ["## Verdict", ""]
+    lines = ["### Verdict", ""]
     short = [g for g in REQUIRED if len(groups.get(g, [])) < MIN_SEEDS]
     if missing or short:
-        why = ([f"{len(missing)} planned run(s) have no result file ({', '.join(missing)})"] if missing else []) + (
+        why = ([f"{len(missing)} planned run(s) have no result file (listed above)"] if missing else []) + (
             [f"fewer than {MIN_SEEDS} seeds for {', '.join(short)}"] if short else [])
         lines.append(f"**The study is incomplete**: {'; '.join(why)}. What follows reads only the runs that are done.")
         lines.append("")
@@ -277,11 +303,12 @@ def _verdict(groups: dict[str, list[dict]], vs_grpo: dict[str, Paired], missing:
         lines.append(f"- {g} vs grpo ({len(p.seeds)} paired seeds): mean success {_judged(p)}.")
     grpo, eppo = groups.get("grpo", []), groups.get("eppo", [])
     if grpo and eppo:
-        gs, es = [r["spikes"] for r in grpo], [r["spikes"] for r in eppo]
-        gc = [r["crossovers"] for r in grpo]
+        gs, es = [r["dynamics"].spikes for r in grpo], [r["dynamics"].spikes for r in eppo]
+        gc, ec = [r["dynamics"].crossovers for r in grpo], [r["dynamics"].crossovers for r in eppo]
         lines.append(f"- Entropy under grpo: {statistics.fmean(gc):.1f} crossovers and {statistics.fmean(gs):.1f} "
-                     f"spikes per run; under eppo {statistics.fmean(es):.1f} spikes per run.")
-        if not any(r["crossovers"] for r in runs):
+                     f"spikes per run; under eppo {statistics.fmean(ec):.1f} crossovers and "
+                     f"{statistics.fmean(es):.1f} spikes per run.")
+        if not any(r["dynamics"].crossovers for r in runs):
             lines.append("- No run of any loss had an entropy crossover: the back-and-forth between tasks that the "
                          "claim starts from did not arise here, so pacing had no crossover to prevent.")
         fewer = statistics.fmean(es) < statistics.fmean(gs)
@@ -340,16 +367,15 @@ def _newest_run(results: list[dict]) -> str:
     return ", the newest run begun " + dates[-1].replace("T", " ")[:16] + " UTC"
 
 
-def write_report(results_dir: Path, report: Path) -> Path:
-    """study.md and figures/ beside it, from the result files in `results_dir`; returns the report's path."""
-    results_dir, report = Path(results_dir), Path(report)
-    if not results_dir.is_dir():
-        raise ResultError(f"no study results folder {results_dir}")
-    results = load_results(results_dir)
-    plan = load_plan(results_dir)
-    if not results:  # a wrong --results folder, or a study before its first run: a report of nothing is no report
-        planned = f" (0 of {len(plan)} planned runs done)" if plan else ""
-        raise ResultError(f"no study result files in {results_dir}{planned}: `make experiment` writes them")
+def _section(title: str, results_dir: Path, report: Path) -> tuple[list[str], list[str]]:
+    """One study's section of the report (its lines) and its verdict in brief (one line, for the top)."""
+    results = load_results(results_dir) if results_dir.is_dir() else []
+    plan = load_plan(results_dir) if results_dir.is_dir() else []
+    if not results:
+        line = f"{title}: no run done yet ({len(plan)} planned)." if plan else f"{title}: not run yet."
+        return [f"## {title}", "", line + " `make experiment` runs it.", ""], [f"- {line}"]
+    for r in results:
+        r["dynamics"] = count(entropies(r))
     names = {r["name"] for r in results}
     missing = [n for n in plan if n not in names]
     try:
@@ -357,13 +383,10 @@ def write_report(results_dir: Path, report: Path) -> Path:
     except ValueError:
         rel = results_dir
     text = [
-        "# The EPPO study: does entropy pacing beat GRPO and DAPO when tasks train at once?",
+        f"## {title}",
         "",
-        f"Generated by `eppo-train study-report --results {results_dir} --out {report}` (`make study-report`; "
-        f"`make experiment` rebuilds it too) from {len(results)} result file(s) in `{rel}/`"
-        f"{_newest_run(results)}. Do not edit by hand.",
-        "",
-        f"Runs done: {len(results)} of {len(plan) or len(results)} planned"
+        f"From {len(results)} result file(s) in `{rel}/`{_newest_run(results)}. Runs done: {len(results)} of "
+        f"{len(plan) or len(results)} planned"
         + (f"; missing: {', '.join(missing)}. `make experiment` runs the missing ones (and skips the rest)."
            if missing else "."),
         "",
@@ -374,48 +397,82 @@ def write_report(results_dir: Path, report: Path) -> Path:
     text += _drift_section(drift, records)
     groups = by_group(results)
     tasks = eval_tasks(results)
+    main = {g: groups[g] for g in MAIN_LOSSES if g in groups}  # in the losses' order, grpo first
+    ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
+    text += _setup(results, tasks)
+    table = _success_table(main, tasks, "### Success after RL (final evaluation, mean ± std over seeds)")
+    if starts:
+        table[4:4] = _start_rows(starts, tasks)  # first under the header: the rows every loss starts from
+    text += table
+    if starts:
+        text += _gain_table(starts, main, tasks)
+    else:
+        text += [f"(No `{START_FILE}`: the start model has not been evaluated, so what RL added is not shown.)", ""]
     vs_grpo: dict[str, Paired] = {}
-    figures: list[Path] = []
-    if results:
-        main = {g: groups[g] for g in MAIN_LOSSES if g in groups}  # in the losses' order, grpo first
-        ablation = {g: rs for g, rs in groups.items() if g not in MAIN_LOSSES}
-        text += _setup(results, tasks)
-        table = _success_table(main, tasks, "## Success after RL (final evaluation, mean ± std over seeds)")
-        if starts:
-            table[4:4] = _start_rows(starts, tasks)  # first under the header: the rows every loss starts from
-        text += table
-        if starts:
-            text += _gain_table(starts, main, tasks)
-        else:
-            text += [f"(No `{START_FILE}`: the start model has not been evaluated, so what RL added is not shown.)",
-                     ""]
-        rivals = {g: rs for g, rs in main.items() if g != "grpo"}
-        if "grpo" in groups and rivals:
-            lines, vs_grpo = _paired_table("grpo", groups["grpo"], rivals, tasks,
-                                           "## Paired comparison with grpo (same seeds, same instances)")
-            text += lines
-        if ablation:
-            text += _success_table({"eppo": groups.get("eppo", []), **ablation} if "eppo" in groups else ablation,
-                                   tasks, "## EPPO ablation (variant, λ, α; one change each from `eppo`)")
-            if "eppo" in groups:
-                text += _paired_table("eppo", groups["eppo"], ablation, tasks, "Paired with the main eppo runs:")[0]
-        text += _learner_table({**main, **ablation})
-        text += _events_table(results, results[0]["config"])
-        fig_dir = report.parent / "figures"
-        first = {g: rs[0] for g, rs in groups.items()}
-        figures = [p for p in (
-            entropy_figure(first.get("grpo"), first.get("eppo"), fig_dir / "entropy.png"),
-            success_figure(main, fig_dir / "success.png"),
-            eps_figure(first.get("eppo"), fig_dir / "eps.png"),
-        ) if p is not None]
-        text += ["## Figures", ""] + [f"![{p.stem}](figures/{p.name})" for p in figures] + [
-            "", "`entropy.png`: per-task entropy (thin) and EMA (thick) for the lowest grpo and eppo seed, spikes "
-            "as crosses, crossovers dashed; `success.png`: training success per iteration per loss, ±1 std over "
-            "seeds; `eps.png`: EPPO's paced ε per task.", ""]
-    text += _verdict({g: rs for g, rs in groups.items() if g in MAIN_LOSSES}, vs_grpo, missing, tasks)
+    rivals = {g: rs for g, rs in main.items() if g != "grpo"}
+    if "grpo" in groups and rivals:
+        lines, vs_grpo = _paired_table("grpo", groups["grpo"], rivals, tasks,
+                                       "### Paired comparison with grpo (same seeds, same instances)")
+        text += lines
+    if ablation:
+        text += _success_table({"eppo": groups.get("eppo", []), **ablation} if "eppo" in groups else ablation,
+                               tasks, "### EPPO ablation (one pacing setting changed each from `eppo`)")
+        if "eppo" in groups:
+            text += _paired_table("eppo", groups["eppo"], ablation, tasks, "Paired with the main eppo runs:")[0]
+    text += _learner_table({**main, **ablation})
+    text += _events_table(results)
+    fig_dir = report.parent / "figures"
+    first = {g: rs[0] for g, rs in groups.items()}
+    stem = results_dir.name
+    figures = [f for f in (
+        entropy_figure(first.get("grpo"), first.get("eppo"), fig_dir / f"{stem}-entropy.png"),
+        success_figure(main, fig_dir / f"{stem}-success.png"),
+        eps_figure(first.get("eppo"), fig_dir / f"{stem}-eps.png"),
+    ) if f is not None]
+    text += ["### Figures", ""] + [f"![{f.stem}](figures/{f.name})" for f in figures] + [
+        "", "`entropy`: per-task entropy (thin) and its smoothed value (thick) for the lowest grpo and eppo seed, "
+        "spikes as crosses, crossovers dashed; `success`: training success per iteration per loss, ±1 std over "
+        "seeds; `eps`: EPPO's paced ε per task.", ""]
+    verdict = _verdict({g: rs for g, rs in groups.items() if g in MAIN_LOSSES}, vs_grpo, missing, tasks)
+    text += verdict
     if drift:
         text += [f"The rewards of {', '.join(d.task for d in drift)} have changed since these runs (\"Scored by "
                  f"earlier rewards\" above): this verdict reads the rewards they were made with.", ""]
+    brief = [f"- **{title}**: " + "; ".join(
+        [f"{g} − grpo {p.overall.fmt(2, signed=True)} (pooled), {_fmt(p.over_seeds)} over seeds"
+         for g, p in vs_grpo.items()] or ["no paired comparison yet"])
+        + f" ({len(results)} of {len(plan) or len(results)} runs)."]
+    return text, brief
+
+
+def write_report(sections: list[tuple[str, Path]], report: Path) -> Path:
+    """study.md and figures/ beside it, from the result files of each (title, results folder); returns its path."""
+    report = Path(report)
+    if not any(Path(d).is_dir() for _, d in sections):
+        raise ResultError(f"no study results folder {', '.join(str(d) for _, d in sections)}")
+    if not any(load_results(Path(d)) for _, d in sections if Path(d).is_dir()):
+        plans = sum(len(load_plan(Path(d))) for _, d in sections if Path(d).is_dir())
+        planned = f" (0 of {plans} planned runs done)" if plans else ""
+        where = ", ".join(str(d) for _, d in sections)
+        raise ResultError(f"no study result files in {where}{planned}: `make experiment` writes them")
+    bodies, briefs = [], []
+    for title, results_dir in sections:
+        body, brief = _section(title, Path(results_dir), report)
+        bodies += body
+        briefs += brief
+    flags = " ".join(f"--results {d}" for _, d in sections) if len(sections) == 1 else ""
+    text = [
+        "# The EPPO study: does entropy pacing beat GRPO and DAPO when tasks train at once?",
+        "",
+        f"Generated by `eppo-train study-report{(' ' + flags) if flags else ''}` (`make study-report`; `make "
+        f"experiment` rebuilds it too) from the result files alone. Do not edit by hand.",
+        "",
+        "## In brief (mean success over tasks, the loss minus grpo, paired 95 % intervals)",
+        "",
+        *briefs,
+        "",
+        *bodies,
+    ]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(text))
     return report

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from eppo_train.config import Config, ConfigError, from_dict, parse_override, to_dict
 from eppo_train.core.files import write_json_atomic
 from eppo_train.pipeline import evaluate_model, rl_stage, shared_engine
+from eppo_train.report import memory
 from eppo_train.report.metrics import read_metrics
 from eppo_train.report.progress import Progress
 from eppo_train.rollout.task_slots import prepare_tasks
@@ -156,6 +157,7 @@ def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots: list[Tas
     run_dir = rc.run_dir
     t0, load0 = time.time(), os.getloadavg()
     progress.start(run.name)
+    memory.ACCOUNT.open(run.name)
     resumed = checkpoint_step(run_dir)
     final = rl_stage(rc, progress, engine)
     t1 = time.time()
@@ -163,6 +165,7 @@ def run_one(cfg: Config, run: StudyRun, model: str, start: dict, slots: list[Tas
     t2 = time.time()
     record = build_record(run, rc, start, read_metrics(run_dir), report, command=command, resumed_from=resumed,
                           started=t0, train_s=t1 - t0, eval_s=t2 - t1, load=(load0, os.getloadavg()))
+    record["memory_peak_gb"] = memory.in_gb(memory.ACCOUNT.close(run.name))  # per process: the study's budget
     path = paths.results / f"{run.name}.json"
     write_json_atomic(path, record)
     progress.finish(run.name, report["tasks"])
@@ -190,8 +193,9 @@ def evaluate_start(cfg: Config, model: str, start: dict, slots: list[TaskSlot], 
 
 
 def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str, sft_dir: str | None = None,
-              say: Callable[[str], None] = print) -> Path:
-    """Run every planned run that has no result file yet, then rebuild the report; returns the report's path."""
+              say: Callable[[str], None] = print, sections: list[tuple[str, Path]] | None = None) -> Path:
+    """Run every planned run that has no result file yet, then rebuild the report (of `sections`, each a title and
+    a results folder; default: this study's alone); returns the report's path."""
 
     # before anything is written: else a wrong --sft leaves a plan.json (and its folders) behind its error
     if sft_dir and not (Path(sft_dir) / "config.json").is_file():
@@ -231,4 +235,4 @@ def run_study(cfg: Config, plan: list[StudyRun], paths: StudyPaths, command: str
         progress.done(paths.results)
     else:
         say("study: every run is done; rebuilding the report from the result files")
-    return write_report(paths.results, paths.report)
+    return write_report(sections or [(paths.results.name, paths.results)], paths.report)
