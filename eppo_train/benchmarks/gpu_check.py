@@ -381,9 +381,12 @@ def check_engines(cpu: bool) -> dict:
         # two engines on one GPU share it: a fifth of its memory each (KV cache included) leaves room for the rest
         spec = EngineSpec(tmp, "vllm", "float32" if cpu else "bfloat16", max_model_len=256, seed=0, kv_cache_gb=1,
                           max_sequences=sizes.gen_prompts, gpu_memory_utilization=0.2)
-        engines = [make_engine(spec) for _ in range(2)]
-        group = EngineGroup(engines)
+        engines: list = []
+        group = None
         try:
+            for _ in range(2):  # one by one: one that started is closed below if the other fails
+                engines.append(make_engine(spec))
+            group = EngineGroup(engines)
             import random
 
             rng = random.Random(3)
@@ -409,8 +412,11 @@ def check_engines(cpu: bool) -> dict:
                 return lp[0, len(prompts[0]):]
 
             old = {k: v.clone() for k, v in model.state_dict().items()}
-            gen_new = torch.Generator().manual_seed(1)
-            new = {k: v + 0.05 * torch.randn(v.shape, generator=gen_new) for k, v in old.items()}
+            noise = torch.Generator().manual_seed(1)
+            with torch.no_grad():  # through the parameters: the tied head and embeddings stay one tensor
+                for p in model.parameters():
+                    p.add_(0.05 * torch.randn(p.shape, generator=noise))
+            new = {k: v.clone() for k, v in model.state_dict().items()}
             t_sync = time.perf_counter()
             group.update_weights(new)
             sync_s = time.perf_counter() - t_sync
@@ -422,7 +428,11 @@ def check_engines(cpu: bool) -> dict:
             tol = 1e-3 if cpu else 0.1  # bf16 engine against the fp32 transformers forward
             updated = err_new <= tol < err_old
         finally:
-            group.close()
+            if group is not None:
+                group.close()
+            else:
+                for engine in engines:
+                    engine.close()
     ok = every and shared and engines_agree and updated
     why = [] if ok else [f"every generation back once: {every}", f"groups shared out evenly: {shared} {group.load}",
                          f"both engines greedy-equal after the sync: {engines_agree}",
@@ -505,7 +515,10 @@ def run_check(cpu: bool, skip_train: bool = False, engines: bool = False) -> tup
     if engines or not cpu:  # after the timed part: vLLM's import would count as a foreign module there
         if device == "cuda":
             torch.cuda.empty_cache()
-        eng = check_engines(cpu)
+        try:
+            eng = check_engines(cpu)
+        except Exception as exc:  # an engine that cannot start or load: this section fails, the report stays
+            eng = {"ran": True, "ok": False, "why": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
         report["engines"] = eng
         if not eng["ran"]:
             print(f"vLLM engines (generator.engines=2): skipped ({eng['why']})", flush=True)
