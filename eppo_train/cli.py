@@ -24,6 +24,8 @@ from eppo_envs.core import TaskError
 from eppo_envs.core.pipes import stdout_closed
 from eppo_train.config import Config, ConfigError, describe, load_config, load_run_config, to_dict
 from eppo_train.eval.group_signal import Setting, measure, measure_eval, table
+from eppo_train.learner.sizing import plan as size_plan
+from eppo_train.learner.sizing import read_shape, render
 from eppo_train.pipeline import default_run_dir, run_pipeline
 from eppo_train.policy.engine import EngineError
 from eppo_train.policy.models import ModelNotFoundError, check_model
@@ -358,6 +360,41 @@ def cmd_signal(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- plan
+def add_plan(p: argparse.ArgumentParser) -> None:
+    _config_args(p, "default")
+    p.add_argument("--gpus", type=int, default=1, help="learner ranks, one GPU each (default 1)")
+    p.add_argument("--lora", action="store_true",
+                   help="with LoRA adapters (the config's learner.lora, or r=16 on every projection)")
+    p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GIB", help="memory per GPU (default 80)")
+    p.add_argument("--cpu", action="store_true", help="a CPU learner (fp32 compute, the process's own RSS)")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Per-rank memory of the learner from the model's config.json alone, and whether it fits."""
+    model = args.model or "default"
+    args.model = None  # the config is read for its batch and learner settings; the model may have no weights here
+    cfg = _load(args)
+    if args.gpus < 1:
+        return _error("--gpus must be at least 1")
+    try:
+        shape, source = read_shape(model)
+    except ValueError as exc:
+        return _error(str(exc))
+    lc, lora = cfg.learner, cfg.learner.lora
+    r = lora.r or (16 if args.lora else 0)
+    episodes = sum(t.problems for t in cfg.env.tasks) * cfg.rollout.group_size
+    engines = cfg.generator.engines
+    device = "cpu" if args.cpu else "cuda"
+    p = size_plan(shape, args.gpus, device=device, lora_r=r, lora_targets=list(lora.target_modules),
+                  micro_batch_tokens=lc.micro_batch_tokens, logit_chunk=lc.logit_chunk,
+                  checkpointing=lc.activation_checkpointing, master_bytes=4 if cfg.model.dtype == "float32" else 2,
+                  reference=cfg.algo.kl_coef > 0, top_layers=lc.train_top_layers,
+                  engine_tokens=-(-episodes // engines) * cfg.rollout.max_total_tokens, model=f"{model} ({source})")
+    print(render(p, args.gpu_memory, engines))
+    return 0
+
+
 # ---------------------------------------------------------------- study, study-report
 
 
@@ -459,6 +496,8 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Cal
                      add_study_report, cmd_study_report),
     "pipeline": ("evaluate, SFT, evaluate, RL, evaluate; writes summary.md (make train)", add_pipeline,
                  cmd_pipeline),
+    "plan": ("memory per learner rank from a model's config alone (weights, gradients, AdamW, activations, KV "
+             "cache) and whether it fits", add_plan, cmd_plan),
     "signal": ("the share of GRPO groups with reward variance a model's rollouts give, per task and temperature",
                add_signal, cmd_signal),
 }

@@ -203,6 +203,21 @@ class AlgoConfig:
     ptx_samples: int = setting(8, help="demonstration samples replayed per iteration (algo.ptx_coef > 0)")
 
 
+# the projections of a Llama/Qwen/Mistral block: attention and MLP
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class LoraSettings:
+    """Low-rank adapters (peft): W + (alpha / r) B A on each target projection; only A and B train."""
+
+    r: int = setting(0, help="the adapters' rank; 0: no LoRA, every weight trains")
+    alpha: float = setting(32.0, help="the update is scaled by alpha / r")
+    dropout: float = setting(0.0, help="dropout on each adapter's input (0: a step is deterministic)")
+    target_modules: list[str] = setting(
+        factory=lambda: list(LORA_TARGETS), help="the module names (last part) that get an adapter")
+
+
 @dataclass
 class LearnerConfig:
     lr: float = setting(1e-6, help="AdamW learning rate")
@@ -244,6 +259,28 @@ class LearnerConfig:
         False, help="model.dtype bfloat16: AdamW steps float32 copies of the trained weights and the model holds "
         "their bf16 rounding, so updates below half a bf16 ulp accumulate instead of vanishing (with "
         "model.dtype float32 the weights are float32 already)")
+    world_size: int = setting(
+        1, help="learner ranks (Ray actors, one process group: gloo on CPU, NCCL on CUDA): > 1 shards the model "
+        "with FSDP2 (fully_shard per decoder block) and splits each batch by tokens; the loss is the "
+        "single-process one (needs ray.enabled)")
+    resources_per_rank: dict[str, float] = setting(
+        factory=dict, help="each learner rank's custom Ray resources (placement on a cluster; docs/cluster.md)")
+    gpus_per_rank: float | None = setting(
+        None, help="GPUs of each learner rank (world_size > 1); None: 1 if the cluster has GPUs, else 0")
+    activation_checkpointing: bool = setting(
+        False, help="recompute each decoder block's activations in backward instead of keeping them (less "
+        "memory for ~1/3 more compute)")
+    lora: LoraSettings = setting(factory=LoraSettings, help="low-rank adapters (peft); lora.r > 0 turns them on")
+
+
+@dataclass
+class GeneratorSection:
+    """The generation engines of an RL run (Ray mode): each a Ray actor with `ray.generator_resources`."""
+
+    engines: int = setting(
+        1, help="generation engines; the rollout spreads live episodes over them (an episode stays on one, whose "
+        "prefix cache it reuses) and gathers their replies in order (> 1 needs ray.enabled)")
+    tensor_parallel_size: int = setting(1, help="vLLM on CUDA: GPUs each engine spans")
 
 
 @dataclass
@@ -307,6 +344,8 @@ class Config:
         factory=PacingConfig, help="EPPO's entropy pacer (used by algo.name: eppo)")
     learner: LearnerConfig = setting(
         factory=LearnerConfig, help="optimizer, batching and precision of the learner")
+    generator: GeneratorSection = setting(
+        factory=GeneratorSection, help="how many generation engines sample the rollouts")
     ray: RayConfig = setting(factory=RayConfig, help="Ray placement: local or cluster, resources per actor")
 
     @property
@@ -537,6 +576,24 @@ def validate(cfg: Config) -> None:
     need(cfg.learner.mini_batches >= 1 and cfg.learner.epochs >= 1, "learner: mini_batches and epochs >= 1")
     need(cfg.learner.staleness >= 0, f"learner.staleness: must be >= 0 iterations, got {cfg.learner.staleness}")
     need(cfg.learner.train_top_layers >= 0, "learner.train_top_layers: must be >= 0")
+    lc, lora = cfg.learner, cfg.learner.lora
+    need(lc.world_size >= 1, f"learner.world_size: must be >= 1, got {lc.world_size}")
+    need(lc.world_size == 1 or cfg.ray.enabled,
+         "learner.world_size > 1 needs ray.enabled: true (each rank is a Ray actor)")
+    need(lc.world_size == 1 or not lc.fp32_master,
+         "learner.fp32_master: with world_size 1 only (the sharded learner keeps no float32 copies)")
+    need(lc.gpus_per_rank is None or lc.gpus_per_rank >= 0, f"learner.gpus_per_rank: must be >= 0, got {lc.gpus_per_rank}")
+    need(lora.r >= 0, f"learner.lora.r: must be >= 0 (0: no LoRA), got {lora.r}")
+    need(lora.alpha > 0, f"learner.lora.alpha: must be > 0, got {lora.alpha}")
+    need(0 <= lora.dropout < 1, f"learner.lora.dropout: must be in [0, 1), got {lora.dropout}")
+    need(lora.r == 0 or bool(lora.target_modules), "learner.lora.target_modules: at least one module name")
+    need(lora.r == 0 or lc.train_top_layers == 0,
+         "learner.lora.r and learner.train_top_layers: choose one (adapters on every block, or the top blocks)")
+    need(cfg.generator.engines >= 1, f"generator.engines: must be >= 1, got {cfg.generator.engines}")
+    need(cfg.generator.engines == 1 or cfg.ray.enabled,
+         "generator.engines > 1 needs ray.enabled: true (each engine is a Ray actor)")
+    need(cfg.generator.tensor_parallel_size >= 1,
+         f"generator.tensor_parallel_size: must be >= 1, got {cfg.generator.tensor_parallel_size}")
     need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype: float32 or bfloat16")
     need(cfg.model.generator_dtype in DTYPES, f"model.generator_dtype: one of {', '.join(DTYPES)}")
     need(cfg.model.backend in BACKENDS, f"model.backend: {' or '.join(BACKENDS)}, got {cfg.model.backend!r}")

@@ -275,6 +275,7 @@ class Trainer:
             **({"refill_rounds": float(refilled.rounds), "refill_episodes": float(len(refilled.episodes))}
                if refilled is not None else {}),
             **(report.metrics if report is not None else {}),
+            **workers.last_sync,  # the weight sync's bytes and seconds
             **network_metrics(pool, workers),
         }
         step = it + 1

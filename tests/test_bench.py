@@ -57,6 +57,15 @@ def test_learner_section_with_tiny_model(tmp_path, capsys):
         assert f"  learner: tiny, {label}: repetition 1/1, " in out
 
 
+def test_sync_section_measures_bytes_and_seconds_per_sync(tmp_path):
+    data = _run(tmp_path, "--only", "sync", "--model", "tiny")
+    rows = {f["name"].split(": ", 1)[1]: f for f in data["figures"] if f["section"] == "sync"}
+    assert all(f["error"] is None and f["value"] > 0 for f in rows.values()), rows
+    assert rows["full fine-tune"]["extra"]["bytes"] == 4 * 3_219_776  # every fp32 weight of the tiny model
+    # adapters only: 16 x (in + out) per projection, 7 projections a block, 2 blocks, fp32
+    assert rows["LoRA r=16, every projection"]["extra"]["bytes"] == 4 * 2 * 16 * (128 + 96 + 96 + 128 + 3 * 192)
+
+
 def test_the_trl_section_prints_a_line_per_step(tmp_path, capsys, monkeypatch):
     pytest.importorskip("trl")
     from eppo_train.benchmarks import model

@@ -208,3 +208,33 @@ def test_eppo_train_joins_a_ray_start_head(ray_tmp, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.mark.timeout(900)
+def test_learner_ranks_on_two_nodes_sync_weights_to_an_engine_on_a_third(ray_tmp, tmp_path):
+    """learner.world_size=2 with each rank on its own node (resource `rank`) and the engine on a third (`engine`):
+    the ranks join one gloo group across nodes, rank 0's weights reach the engine through the object store, and the
+    checkpoint comes back to the driver; no path is shared between the actors."""
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "object_store_memory": 80 * MB, "include_dashboard": False})
+    ranks = [cluster.add_node(num_cpus=1, resources={"rank": 1}, object_store_memory=80 * MB) for _ in range(2)]
+    engine = cluster.add_node(num_cpus=1, resources={"engine": 1}, object_store_memory=80 * MB)
+    cluster.wait_for_nodes()
+    try:
+        extra = ["learner.world_size=2", "learner.resources_per_rank={rank: 1}", "ray.generator_resources={engine: 1}",
+                 "model.backend=hf", "env.num_workers=1", "ray.torch_threads=1"]
+        done = _train_cli(cluster.address, tmp_path, extra, ray_tmp, timeout=840)
+        assert done.returncode == 0, done.stderr[-3000:]
+        run = tmp_path / "tiny"
+        where = json.loads((run / "placement.json").read_text())
+        assert sorted(where["learner_ranks"]) == sorted(n.node_id for n in ranks)
+        assert where["generator"] == engine.node_id
+        rows = _metrics(run)
+        _check_counts(rows)
+        for r in rows:  # every trainable fp32 weight of the tiny model, once per sync
+            assert r["weight_sync_bytes"] == 4 * 3_219_776 and r["weight_sync_s"] > 0
+        print("weight sync per iteration:", [(r["weight_sync_bytes"], round(r["weight_sync_s"], 3)) for r in rows])
+        assert (run / "checkpoints" / "step_000002" / "dcp" / ".metadata").is_file()
+        assert len(list((run / "checkpoints" / "step_000002" / "dcp").glob("*.distcp"))) == 2  # one per rank
+    finally:
+        cluster.shutdown()

@@ -118,3 +118,26 @@ def test_staleness_history_survives_a_checkpoint(model_path, tmp_path):
         assert all(torch.equal(x[k], y[k]) for k in x)
     ra, rb = a.train_step(make_batch(seed=3)), b.train_step(make_batch(seed=3))
     assert math.isclose(ra.metrics["loss"], rb.metrics["loss"], rel_tol=1e-6)
+
+
+def test_one_optimizer_step_skips_the_no_grad_pass_with_the_same_update(model_path):
+    """One step from the sampling weights with unpaced bounds: the old log-probs come from the optimizer pass
+    itself. The same step through the two-pass path (forced by a history of two equal weight sets, so pass 1 runs
+    under the very same weights) gives the same loss, diagnostics and weights."""
+    batch = make_batch(n=12)
+    one = Learner(_cfg(), load_model(model_path))
+    forward_calls = []
+    handle = one.model.base_model.register_forward_hook(lambda *_: forward_calls.append(1))
+    a = one.train_step(batch)
+    handle.remove()
+    assert len(forward_calls) == 1  # 12 short rows: one micro-batch, one forward (no pass 1)
+    two = Learner(_cfg(**{"learner.staleness": 1}), load_model(model_path))
+    two.history.append(two.trainable_weights())
+    b = two.train_step(batch)
+    assert a.metrics["loss"] == pytest.approx(b.metrics["loss"], rel=1e-6, abs=1e-9)
+    for task, values in a.per_task.items():
+        for key, value in values.items():
+            assert value == pytest.approx(b.per_task[task][key], rel=1e-5, abs=1e-7), (task, key)
+        assert values["ratio_dev"] == 0.0
+    for name, w in one.trainable_weights().items():
+        assert torch.allclose(w, two.trainable_weights()[name], atol=1e-7), name

@@ -148,9 +148,11 @@ def test_release_returns_freed_heap_pages():
     for block in blocks:
         libc.free(block)
     try:
-        assert account.sample().rss["driver"] - before > 150 * MB  # freed, but still resident
+        # freed, but still resident (in a long test session part of the blocks reuses pages that were resident)
+        kept = account.sample().rss["driver"] - before
+        assert kept > 64 * MB
         memory.release()
-        assert account.sample().rss["driver"] - before < 60 * MB
+        assert account.sample().rss["driver"] - before < 0.4 * kept
     finally:
         for pin in pins:
             libc.free(pin)

@@ -121,3 +121,37 @@ def bench_learner(ctx: BenchContext) -> list[Figure]:
         rows.append(figure("learner", f"{model}: frozen-layer cache, cached / recomputed", ratio, "ratio",
                            "the two default-config figures above; ratio of the sorted repetitions"))
     return rows
+
+
+SYNC_SETUPS = (("default config (top 6 layers)", ()), ("full fine-tune", ("learner.train_top_layers=0",)),
+               ("LoRA r=16, every projection", ("learner.train_top_layers=0", "learner.lora.r=16")))
+
+
+@section("sync", "weight sync learner -> engine: bytes and seconds per sync", "2 min")
+def bench_sync(ctx: BenchContext) -> list[Figure]:
+    """One weight sync, learner -> HF engine in this process (`LocalWorkers.sync_weights`: the tensors that cross
+    to the engine, LoRA's adapters merged on the engine's side). Ray adds one object-store copy per node."""
+    import time
+
+    from eppo_train.learner.workers import LocalWorkers
+
+    rows = []
+    for label, overrides in SYNC_SETUPS:
+        how = (f"LocalWorkers.sync_weights, --config default --set model.name={ctx.model} --set model.backend=hf "
+               + " ".join(f"--set {o}" for o in overrides) + " (the second sync: LoRA's first also sends the base)")
+        try:
+            note("sync", f"{label}: loading the learner and the engine")
+            cfg = learner_config(ctx.model, ("ray.enabled=false", "model.backend=hf", *overrides))
+            workers = LocalWorkers(cfg)
+            workers.sync_weights()
+            seconds, sent = [], 0.0
+            for _ in range(ctx.reps()):
+                t0 = time.perf_counter()
+                workers.sync_weights()
+                seconds.append(time.perf_counter() - t0)
+                sent = workers.last_sync["weight_sync_bytes"]
+            workers.close()
+            rows.append(figure("sync", f"{ctx.model}: {label}", seconds, "s", how, bytes=sent))
+        except Exception as exc:
+            rows.append(failed("sync", f"{ctx.model}: {label}", "s", how, exc))
+    return rows

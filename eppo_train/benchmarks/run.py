@@ -147,7 +147,7 @@ def reps_note(ctx: BenchContext) -> str:
     return f"{reps} run{'s' if reps > 1 else ''}" + (", --quick" if ctx.quick else "")
 
 
-MODEL_SECTIONS = ("learner", "rollout", "trl")
+MODEL_SECTIONS = ("learner", "sync", "rollout", "trl")
 ENV_SECTIONS = ("envs", "rollout")
 
 

@@ -193,9 +193,10 @@ def run(args: argparse.Namespace) -> tuple[EvalReport, EvalSpec]:
         except ImportError as exc:
             raise UsageError(str(exc)) from None
     tasks = in_format(with_env_kwargs(resolve_tasks(args.tasks), args.env_kwargs), args.action_format)
-    spec = EvalSpec(tasks, args.episodes, args.split,
-                    args.max_turns, args.max_new_tokens, args.max_total_tokens, args.temperature, args.top_p,
-                    args.seed, args.samples, args.batch_size, args.workers, args.ray_address)
+    spec = EvalSpec(tasks, args.episodes, args.split, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
+                    max_total_tokens=args.max_total_tokens, temperature=args.temperature, top_p=args.top_p,
+                    seed=args.seed, samples=args.samples, batch_size=args.batch_size, workers=args.workers,
+                    ray_address=args.ray_address)
     if args.split:  # before the model loads: else a wrong split is the env's error after it, under the progress bar
 
         for env_id in spec.tasks:

@@ -1,6 +1,7 @@
 """The learner: log-probs and entropies of the sampled tokens, the chosen loss, AdamW, checkpoints.
 
-One `train_step(samples)` per iteration:
+One `train_step(samples)` per iteration (pass 1 is skipped when it could only repeat pass 2's first log-probs:
+one optimizer step from the sampling weights with unpaced bounds, no KL reference, no frozen cache):
   1. a no-grad pass recomputes the old log-probs with the training model (bf16 sampling drifts from fp32, see
      docs/design.md) and the token entropies that give each task's H_k; the pacer turns them into per-task bounds.
      It runs the very micro-batches of the first epoch's optimizer passes (drawn first), so under bf16 autocast,
@@ -58,6 +59,9 @@ from eppo_train.algos.pacing import EntropyPacer, PaceStep
 from eppo_train.algos.sampling import processed_logprobs
 from eppo_train.config import Config
 from eppo_train.core.records import ANCHOR, DEMO, POLICY, ROLES, Sample
+from eppo_train.learner import checkpoint as ckpt
+from eppo_train.learner import lora
+from eppo_train.learner.distributed import Single, split_by_tokens
 from eppo_train.learner.frozen_cache import (
     CHECK_ATOL,
     cache_start,
@@ -66,6 +70,15 @@ from eppo_train.learner.frozen_cache import (
     pad_states,
     top_hidden,
     unpad,
+)
+from eppo_train.learner.fsdp import (
+    checkpoint_blocks,
+    copy_local,
+    full,
+    full_from_local,
+    local,
+    shard_model,
+    shard_of,
 )
 from eppo_train.learner.master import MasterWeights, bf16_changed_share
 from eppo_train.policy.models import load_model
@@ -232,11 +245,6 @@ def _std(total: float, squares: float, n: float) -> float:
     return float(max(squares / n - mean * mean, 0.0) ** 0.5)
 
 
-def _copy_into(params: Mapping[str, torch.nn.Parameter], values: Mapping[str, torch.Tensor]) -> None:
-    for name, value in values.items():
-        params[name].copy_(value.to(params[name].device, params[name].dtype))
-
-
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
     """Indices grouped (length-sorted) so that rows x longest row <= budget tokens; at least one row each."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -252,28 +260,62 @@ def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
     return batches
 
 
+class Scorer(torch.nn.Module):
+    """`token_logprobs_entropy` as a module's forward: the root FSDP unit of a sharded model, so that a call gathers
+    the embeddings and the head (the root's own parameters) and backward reduces their gradients."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, temperature: float | torch.Tensor,
+                chunk: int, grad: bool, fp32_head: bool, top_p: float | torch.Tensor = 1.0,
+                min_p: float | torch.Tensor = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        return token_logprobs_entropy(self.model, ids, attn, mask, temperature, chunk, grad=grad, fp32_head=fp32_head,
+                                      top_p=top_p, min_p=min_p)
+
+
 class Learner:
-    def __init__(self, cfg: Config, model: torch.nn.Module | None = None, device: str | None = None) -> None:
+    """The update of one rank. `group`: the learner's process group (`distributed.Group`, world size N: the model
+    sharded with FSDP2, each rank the part of each mini-batch `split_by_tokens` gives it); None: one process."""
+
+    def __init__(self, cfg: Config, model: torch.nn.Module | None = None, device: str | None = None,
+                 group: Single | None = None) -> None:
 
         self.cfg = cfg
+        self.group = group or Single()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(cfg.run.seed)
         self.model = model if model is not None else load_model(cfg.model.name, cfg.model.dtype, self.device)
         self.model.to(self.device).train()
         if cfg.learner.train_top_layers > 0:
             freeze_below_top(self.model, cfg.learner.train_top_layers)
+        # With LoRA, `model` stays the transformers model (peft injects the adapters into its projections) and
+        # `adapted` is peft's wrapper, which saves them; the KL reference is the model with its adapters off.
+        self.adapted = lora.attach(self.model, cfg.learner.lora) if cfg.learner.lora.r > 0 else None
+        if cfg.learner.activation_checkpointing:
+            checkpoint_blocks(self.model)
         # The first trained block when pass 2 may start there from states kept in pass 1 (frozen_cache.py); checked
-        # against the full forward on the first micro-batch, None (the full forward every pass) otherwise.
+        # against the full forward on the first micro-batch, None (the full forward every pass) otherwise. Off when
+        # sharded: every rank must run the same FSDP units in the same order, whatever one rank's check finds.
         self.cache_from: int | None = None
         self._cache_checked = False
-        if cfg.learner.cache_frozen:
+        if cfg.learner.cache_frozen and not self.group.sharded:
             self.cache_from, why = cache_start(self.model)
             if self.cache_from is None and cfg.learner.train_top_layers > 0:
                 print(f"learner: frozen-layer cache off ({why}); every pass runs the full model", file=sys.stderr,
                       flush=True)
         self.ref = None
-        if cfg.algo.kl_coef > 0 or cfg.algo.anchor_kl > 0:
+        # the start model's log-probs: the KL penalty, and the anchor that holds groups without signal
+        self.uses_reference = cfg.algo.kl_coef > 0 or cfg.algo.anchor_kl > 0
+        if self.uses_reference and self.adapted is None:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.scorer = self.ref_scorer = None
+        if self.group.sharded:
+            bf16 = self.device.startswith("cuda") or use_cpu_autocast(cfg.learner.bf16_autocast_cpu)
+            self.scorer = shard_model(Scorer(self.model), self.model, bf16)
+            if self.ref is not None:
+                self.ref_scorer = shard_model(Scorer(self.ref), self.ref, bf16)
         params = [p for p in self.model.parameters() if p.requires_grad]
         lc = cfg.learner
         # fp32 copies take the optimizer's steps where the trained weights are not float32 already (master.py)
@@ -289,11 +331,15 @@ class Learner:
         # Every loss tracks H^_k, crossovers and spikes (to compare entropy dynamics); only paced ones use the bounds.
         self.pacer = EntropyPacer(cfg.pacing, self.eps_low, self.eps_high)
         self.rng = torch.Generator().manual_seed(cfg.run.seed)  # Clip-Cov's token choice, mini-batch shuffling
+        # Sharded, every rank must draw the same plans from `rng`, and Clip-Cov draws as often as its micro-batches
+        # (which differ by rank): its choice then comes from a generator of the rank's own
+        self.loss_rng = self.rng if not self.group.sharded else \
+            torch.Generator().manual_seed(cfg.run.seed + 7919 * (self.group.rank + 1))
         self.step = 0
         self._is_weights: dict[int, torch.Tensor] = {}  # sample position -> its importance weights (train_step)
         # the trainable weights after the last k + 1 steps, oldest first: [0] is what the generator samples with
-        self.history: deque[dict[str, torch.Tensor]] = deque([self.trainable_weights()],
-                                                             maxlen=cfg.learner.staleness + 1)
+        # (this rank's shards when sharded)
+        self.history: deque[dict[str, torch.Tensor]] = deque([self._own_weights()], maxlen=cfg.learner.staleness + 1)
 
     # ------------------------------------------------------------------ helpers
     def _pad(self, samples: list[Sample], idx: list[int]) -> dict[str, torch.Tensor]:
@@ -326,6 +372,9 @@ class Learner:
         chunk, fp32_head = self.cfg.learner.logit_chunk, self.cfg.learner.fp32_head
         cut = {"top_p": b["top_p"], "min_p": b["min_p"]}  # the sampler's cut distribution (algos/sampling.py)
         with autocast(self.device, self.cfg.learner.bf16_autocast_cpu):
+            if self.scorer is not None:  # sharded: through the root FSDP unit (no frozen cache then)
+                scorer = self.ref_scorer if model is self.ref else self.scorer
+                return scorer(b["ids"], b["attn"], b["mask"], b["temp"], chunk, grad, fp32_head, **cut)
             if states is None:
                 return token_logprobs_entropy(model, b["ids"], b["attn"], b["mask"], b["temp"], chunk, grad=grad,
                                               fp32_head=fp32_head, **cut)
@@ -361,24 +410,61 @@ class Learner:
 
     def _epoch_plan(self, samples: list[Sample]) -> list[tuple[list[int], list[list[int]]]]:
         """One epoch's mini-batches (a shuffle of the samples by the learner's seeded generator, in near-equal parts),
-        each with its micro-batches under the padded-token budget, as positions in the mini-batch."""
+        each with this rank's micro-batches under the padded-token budget, as positions in the mini-batch.
+
+        Every rank draws the same plan; sharded, each takes its token-balanced share of each mini-batch and pads its
+        list of micro-batches with empty ones ([]: a forward and backward with no weight) to the longest rank's
+        count, since each FSDP unit's gather and reduce are collectives every rank joins."""
         perm = torch.randperm(len(samples), generator=self.rng).tolist()
         parts = np.array_split(np.array(perm, dtype=int), min(self.cfg.learner.mini_batches, max(len(samples), 1)))
+        budget, g = self.cfg.learner.micro_batch_tokens, self.group
         plan = []
         for part in parts:
             mb = [int(i) for i in part]
-            if mb:
-                plan.append((mb, micro_batches([len(samples[i].input_ids) for i in mb],
-                                               self.cfg.learner.micro_batch_tokens)))
+            if not mb:
+                continue
+            lengths = [len(samples[i].input_ids) for i in mb]
+            shares = split_by_tokens(lengths, range(len(mb)), g.world)
+            micro = [[[share[j] for j in idx] for idx in micro_batches([lengths[j] for j in share], budget)]
+                     for share in shares]
+            count = max(len(m) for m in micro)
+            plan.append((mb, micro[g.rank] + [[] for _ in range(count - len(micro[g.rank]))]))
         return plan
+
+    def _reference(self, b: dict[str, torch.Tensor], rows: list[torch.Tensor] | None) -> torch.Tensor | None:
+        """Log-probs of the KL reference (the start model; with LoRA, this model with its adapters off)."""
+        if not self.uses_reference:
+            return None
+        if self.adapted is not None:
+            with self.adapted.disable_adapter():
+                return self._stats(self.model, b, grad=False)[0]
+        # The reference is a copy of the start model, and the blocks below `cache_from` are frozen: its states
+        # entering that block are the training model's, so only its top blocks run (the KL penalty then costs the
+        # trained blocks' forward, not a second full one).
+        use = rows if rows is not None and self._cache_checked else None
+        return self._stats(self.ref, b, grad=False, states=use)[0]
+
+    def _idle_pass(self, samples: list[Sample], grad: bool) -> None:
+        """A rank with no rows left in a mini-batch still joins every FSDP unit's collectives: one row through the
+        model with no weight (pass 1: forward only; pass 2: a zero loss backward)."""
+        row = min(range(len(samples)), key=lambda i: len(samples[i].input_ids))
+        b = self._pad(samples, [row])
+        if not grad:
+            self._stats(self.model, b, grad=False)
+            self._reference(b, None)
+            return
+        lp, _ = self._stats(self.model, b, grad=True)
+        (lp * 0.0).sum().backward()
 
     # ------------------------------------------------------------------ the update
     def train_step(self, samples: list[Sample]) -> StepReport:
         """One iteration's update on a batch with advantages filled in. The samples are not changed: recomputed
-        old log-probs live in copies local to this step."""
+        old log-probs live in copies local to this step. Sharded, every rank gets the whole batch and returns the
+        same report (every sum reduced over ranks)."""
         t0 = time.perf_counter()
         samples = [s for s in samples if s.num_response_tokens > 0]
-        lc = self.cfg.learner
+        lc, g = self.cfg.learner, self.group
+        tasks = sorted({s.task for s in samples})
         # The first epoch's mini-batches and their micro-batches are drawn now, and the no-grad pass runs exactly
         # those: under bf16 autocast a row's log-probs depend on the batch it is computed in (padding width and
         # matmul shapes change the rounding; measured up to 0.2 nats on SmolLM2), so old log-probs from other
@@ -389,6 +475,17 @@ class Learner:
         self._is_weights: dict[int, torch.Tensor] = {}
         roles = [s.meta.get("role", POLICY) for s in samples]
         mismatch: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        # One optimizer step on the batch from the weights that sampled it, bounds that do not depend on this batch's
+        # entropies, no reference and no frozen-layer cache: the no-grad pass would recompute exactly the
+        # log-probs the optimizer pass computes before its step (ratio 1), so the optimizer pass supplies the old
+        # log-probs (detached) and the entropies itself, and pass 1 is skipped (as TRL does with one iteration).
+        # The sampler/learner mismatch metrics need pass 1: with importance correction, anchors or replayed demos
+        # it runs.
+        one_pass = (lc.epochs == 1 and len(first) == 1 and not self.spec.paced and not self.uses_reference
+                    and len(self.history) == 1 and self.cache_from is None and lc.recompute_old_logprobs
+                    and lc.rollout_correction == "none" and all(r == POLICY for r in roles))
+        if one_pass:
+            batches = []
 
         # 1. no-grad pass: old log-probs under the training model, entropies (H_k), reference log-probs
         ent_sum: dict[str, float] = defaultdict(float)
@@ -401,6 +498,9 @@ class Learner:
         self.model.eval()
         with torch.no_grad(), self._sampling_policy(), capture as seen:
             for idx in batches:
+                if not idx:
+                    self._idle_pass(samples, grad=False)
+                    continue
                 b = self._pad(samples, idx)
                 lp, ent = self._stats(self.model, b, grad=False)
                 rows = None
@@ -409,13 +509,7 @@ class Learner:
                     if rows is not None:
                         cached.update(zip(idx, rows, strict=True))
                 seen.clear()
-                ref = None
-                if self.ref is not None:
-                    # The reference is a copy of the start model, and the blocks below `cache_from` are frozen: its
-                    # states entering that block are the training model's, so only its top blocks run (the KL
-                    # penalty then costs the trained blocks' forward, not a second full one).
-                    use = rows if rows is not None and self._cache_checked else None
-                    ref = self._stats(self.ref, b, grad=False, states=use)[0]
+                ref = self._reference(b, rows)
                 for r, i in enumerate(idx):
                     s, n = samples[i], len(samples[i].input_ids)
                     m = b["mask"][r, :n]
@@ -438,12 +532,20 @@ class Learner:
         self.model.train()
         if self.cache_from is None or not self._cache_checked:
             cached.clear()
+        if g.sharded and not one_pass:
+            # every rank's pacer steps on the global entropies; later epochs move rows between ranks, which then
+            # need the old and reference log-probs another rank computed
+            ent_sum, tok, ref_kl_sum = self._reduce_tasks(tasks, ent_sum, tok, ref_kl_sum)
+            if lc.epochs > 1:
+                fresh_old = {i: v for part in g.gather(fresh_old) for i, v in part.items()}
+                ref_lp = {i: v for part in g.gather(ref_lp) for i, v in part.items()}
         if fresh_old:
-            samples = [replace(s, old_logprobs=fresh_old[i]) for i, s in enumerate(samples)]
-        entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
-        pace = self.pacer.update(entropy)
-        if self.spec.paced:
-            self._bounds = dict(pace.bounds)
+            samples = [replace(s, old_logprobs=fresh_old.get(i, s.old_logprobs)) for i, s in enumerate(samples)]
+        if not one_pass:
+            entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
+            pace = self.pacer.update(entropy)
+            if self.spec.paced:
+                self._bounds = dict(pace.bounds)
 
         # 2. optimizer steps
         acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -460,18 +562,27 @@ class Learner:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss_total = 0.0
                 for idx in micro:
+                    if not idx:
+                        self._idle_pass(samples, grad=True)
+                        continue
                     rows = [mb[j] for j in idx]
                     b = self._pad(samples, rows)
-                    lp, _ = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
+                    lp, ent = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
+                    if one_pass:
+                        b["old"] = lp.detach() * b["mask"]
+                        for r, i in enumerate(rows):
+                            m = b["mask"][r]
+                            ent_sum[samples[i].task] += float((ent[r] * m).sum())
+                            tok[samples[i].task] += float(m.sum())
                     ref = None
-                    if self.ref is not None:
+                    if self.uses_reference:
                         ref = torch.zeros_like(lp)
                         for r, i in enumerate(rows):
                             ref[r, : len(ref_lp[i])] = torch.tensor(ref_lp[i])
                     pg_mask = b["mask"] * (b["role"] == ROLES.index(POLICY))[:, None].float()
                     # the importance weight scales the advantage: the policy-gradient term, not the KL penalty
                     inp = LossInputs(lp, b["old"], b["adv"] * b["isw"], pg_mask, b["lo"], b["hi"], ref,
-                                     self.cfg.algo.kl_coef, self.options, self.rng)
+                                     self.cfg.algo.kl_coef, self.options, self.loss_rng)
                     out = checked_output(self.cfg.algo.name, self.spec.fn(inp), lp)
                     weights = token_weights(pg_mask, self.agg, total_tokens, float(len(pg))) * b["w"][:, None]
                     loss = aggregate(out, weights)
@@ -499,13 +610,21 @@ class Learner:
                 if self.master is not None:
                     self.master.grads_to_master()
                     params = self.master.master
-                norms.append(float(torch.nn.utils.clip_grad_norm_(params, lc.max_grad_norm)))
+                norms.append(float(full(torch.nn.utils.clip_grad_norm_(params, lc.max_grad_norm))))
                 self.optimizer.step()
                 if self.master is not None:
                     self.master.to_model()
                 losses.append(loss_total)
+        if g.sharded:
+            losses = g.sum(torch.tensor(losses, dtype=torch.float64)).tolist()
+            acc = self._reduce_acc(tasks, acc)
+        if one_pass:  # the entropies came from the optimizer pass; the pacer only tracks them (bounds unpaced)
+            if g.sharded:
+                ent_sum, tok = self._reduce_tasks(tasks, ent_sum, tok)
+            entropy = {t: ent_sum[t] / max(tok[t], 1.0) for t in tok}
+            pace = self.pacer.update(entropy)
         self.step += 1
-        after = self.trainable_weights()
+        after = self._own_weights()
         changed = bf16_changed_share(self.history[-1], after)  # what a bf16 copy sees of this step (master.py)
         self.history.append(after)
         elapsed = time.perf_counter() - t0
@@ -563,15 +682,52 @@ class Learner:
                            is_clip_frac=seen["clipped"] / seen["tokens"])
         return StepReport(self.step, metrics, per_task, pace)
 
+    # ------------------------------------------------------------------ reductions over ranks
+    def _reduce_tasks(self, tasks: list[str], *sums: Mapping[str, float]) -> list[dict[str, float]]:
+        """Per-task sums added over ranks (every task of the batch, in the same order on every rank)."""
+        values = torch.tensor([[s.get(t, 0.0) for s in sums] for t in tasks], dtype=torch.float64)
+        values = self.group.sum(values)
+        return [{t: float(values[k, j]) for k, t in enumerate(tasks)} for j in range(len(sums))]
+
+    def _reduce_acc(self, tasks: list[str], acc: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+        keys = ("clipped", "kl", "tokens", "clip_low", "clip_high", "ratio_dev", "ratio_sum", "ratio_sq")
+        sums = self.group.sum(torch.tensor([[acc[t][k] if t in acc else 0.0 for k in keys] for t in tasks],
+                                           dtype=torch.float64))
+        top = self.group.max(torch.tensor([acc[t]["ratio_max"] if t in acc else 0.0 for t in tasks],
+                                          dtype=torch.float64))
+        out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for i, t in enumerate(tasks):
+            out[t].update({k: float(sums[i, j]) for j, k in enumerate(keys)}, ratio_max=float(top[i]))
+        return out
+
     # ------------------------------------------------------------------ weights and checkpoints
+    def _trainable(self) -> dict[str, torch.nn.Parameter]:
+        return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def _own_weights(self) -> dict[str, torch.Tensor]:
+        """The trainable weights as this rank holds them (its shards when sharded), on CPU."""
+        return {n: local(p).detach().to("cpu", copy=True) for n, p in self._trainable().items()}
+
     def trainable_weights(self) -> dict[str, torch.Tensor]:
-        """The parameters the optimizer changes, on CPU, as they are now."""
-        return {n: p.detach().to("cpu", copy=True) for n, p in self.model.named_parameters() if p.requires_grad}
+        """The parameters the optimizer changes, on CPU, as they are now (whole: a collective when sharded)."""
+        if not self.group.sharded:
+            return self._own_weights()
+        return {n: full(p.detach()).to("cpu") for n, p in self._trainable().items()}
 
     def sampling_weights(self) -> dict[str, torch.Tensor]:
         """What the generator samples the next batch with: the trainable weights after step `step - staleness`
-        (the start's while fewer steps were taken); the current ones when `staleness` is 0."""
-        return self.history[0]
+        (the start's while fewer steps were taken); the current ones when `staleness` is 0. Whole tensors (a
+        collective when sharded); with LoRA, the adapters."""
+        if not self.group.sharded:
+            return self.history[0]
+        params = self._trainable()
+        return {n: full_from_local(params[n], shard).to("cpu") for n, shard in self.history[0].items()}
+
+    def lora_base(self) -> dict[str, torch.Tensor]:
+        """With LoRA: the adapted projections' frozen weights by their plain names (what the generator merges the
+        adapters into; sent once). A collective when sharded."""
+        named = {n: p for n, p in self.model.named_parameters() if n.endswith(lora.BASE)}
+        return lora.base_weights({n: full(p.detach()).to("cpu") for n, p in named.items()})
 
     @contextmanager
     def _sampling_policy(self) -> Iterator[None]:
@@ -581,37 +737,72 @@ class Learner:
         if len(self.history) == 1:
             yield
             return
-        params = dict(self.model.named_parameters())
-        current = {n: params[n].detach().clone() for n in behaviour}
+        params = self._trainable()
+        current = {n: local(params[n]).detach().clone() for n in behaviour}
         with torch.no_grad():
-            _copy_into(params, behaviour)
+            copy_local(params, behaviour)
         try:
             yield
         finally:
             with torch.no_grad():
-                _copy_into(params, current)
+                copy_local(params, current)
+
+    def _state(self, history: list[dict[str, torch.Tensor]]) -> dict:
+        return {
+            "step": self.step,
+            "pacer": self.pacer.state_dict(),
+            "history": history,
+            "master": self.master.state_dict() if self.master is not None else None,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "learner": self.rng.get_state(),
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+            },
+        }
 
     def save(self, path: Path) -> None:
+        """The single-process format (model/ + learner.pt with the optimizer) for one process without LoRA; else
+        checkpoint.py's (dcp/, model/, adapter/, learner.pt), which every rank joins and which loads at any world
+        size."""
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(str(path / "model"), safe_serialization=True)
-        torch.save(
-            {
-                "step": self.step,
-                "optimizer": self.optimizer.state_dict(),
-                "pacer": self.pacer.state_dict(),
-                "history": list(self.history),
-                "master": self.master.state_dict() if self.master is not None else None,
-                "rng": {
-                    "torch": torch.get_rng_state(),
-                    "learner": self.rng.get_state(),
-                    "python": random.getstate(),
-                    "numpy": np.random.get_state(),
-                },
-            },
-            path / "learner.pt",
-        )
+        if not self.group.sharded and self.adapted is None:
+            self.model.save_pretrained(str(path / "model"), safe_serialization=True)
+            torch.save({**self._state(list(self.history)), "optimizer": self.optimizer.state_dict()},
+                       path / "learner.pt")
+            return
+        ckpt.save_state(self.model, self.optimizer, path)
+        scale = lora.scaling(self.cfg.learner.lora) if self.adapted is not None else None
+        ckpt.export_model(self.model, path, self.group.rank, scale, self.adapted)
+        params = self._trainable()
+        history = [{n: full_from_local(params[n], shard).to("cpu") for n, shard in h.items()} for h in self.history]
+        if self.group.rank == 0:
+            torch.save(self._state(history), path / "learner.pt")
+        self.group.barrier()
 
     def load(self, path: Path) -> None:
+        if ckpt.is_sharded_checkpoint(path):
+            ckpt.load_state(self.model, self.optimizer, path)
+            state = torch.load(path / "learner.pt", weights_only=False)  # our own file: RNG states are tuples
+            params = self._trainable()
+            history = [{n: shard_of(params[n], t) for n, t in h.items()} for h in state.get("history") or []]
+        else:
+            self._load_plain(path)
+            state = torch.load(path / "learner.pt", weights_only=False)  # our own file: RNG states are tuples
+            self.optimizer.load_state_dict(state["optimizer"])
+            history = state.get("history") or []
+            if self.master is not None:  # the float32 copies, else (an older checkpoint) the loaded weights as they are
+                self.master.load_state_dict(state.get("master") or [p.detach() for p in self.master.params])
+        self.step = int(state["step"])
+        self.pacer.load_state_dict(state["pacer"])
+        self.history.clear()  # a checkpoint from before `staleness` existed holds no history: sample with its weights
+        self.history.extend(history or [self._own_weights()])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.rng.set_state(state["rng"]["learner"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+
+    def _load_plain(self, path: Path) -> None:
         from safetensors.torch import load_file
 
         weights: dict[str, torch.Tensor] = {}
@@ -624,15 +815,3 @@ class Learner:
         lacking = [k for k in missing if own[k].data_ptr() not in loaded]
         if lacking:
             raise ValueError(f"checkpoint {path} lacks weights: {lacking[:3]}")
-        state = torch.load(path / "learner.pt", weights_only=False)  # our own file: RNG states are tuples/arrays
-        self.step = int(state["step"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.pacer.load_state_dict(state["pacer"])
-        if self.master is not None:  # the float32 copies, else (an older checkpoint) the loaded weights as they are
-            self.master.load_state_dict(state.get("master") or [p.detach() for p in self.master.params])
-        self.history.clear()  # a checkpoint from before `staleness` existed holds no history: sample with its weights
-        self.history.extend(state.get("history") or [self.trainable_weights()])
-        torch.set_rng_state(state["rng"]["torch"])
-        self.rng.set_state(state["rng"]["learner"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])

@@ -20,6 +20,7 @@ from eppo_envs.core.registry import env_class
 from eppo_envs.core.tools import call_text
 from eppo_train.policy.base import ChatBackend, PolicyBackend, SamplingParams
 from eppo_train.policy.chat import CALL_ID, ChatFormat
+from eppo_train.policy.engine import EngineGroup
 from eppo_train.policy.tool_calls import canonical_text, parse_reply
 
 if TYPE_CHECKING:
@@ -85,7 +86,12 @@ class PolicyAgent(Agent):
 
     def act(self, states: Sequence[TurnState], pool: EnvPool) -> list[Action]:
         prompts = [s.prompt_ids or [] for s in states]
-        gens = self.policy.generate(prompts, self.params, budgets=[s.budget for s in states])
+        budgets = [s.budget for s in states]
+        if isinstance(self.policy, EngineGroup):  # an episode (and its GRPO group) stays on one engine
+            keys = [(s.task, s.env_id, s.seed) for s in states]
+            gens = self.policy.generate_for(keys, prompts, self.params, budgets=budgets)
+        else:
+            gens = self.policy.generate(prompts, self.params, budgets=budgets)
         return [Action(g.text, g.token_ids, g.logprobs, g.finished) for g in gens]
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams
+from eppo_train.policy.base import Generation, PolicyBackend, SamplingParams, request_seed
 from eppo_train.policy.hosted import HostedVLLMPolicy
 from eppo_train.policy.models import loading, resolve_model
 from eppo_train.policy.precision import resolve_dtype, tell_fallback
@@ -45,6 +46,7 @@ class EngineSpec:
     kv_cache_gb: float | None = None
     max_sequences: int = 80  # episodes generated in one call (the pipeline: 80 in RL, 64 in evaluation)
     gpu_memory_utilization: float = 0.3  # vLLM on CUDA: the learner shares the device
+    tensor_parallel_size: int = 1  # vLLM on CUDA: GPUs one engine spans
 
 
 def make_engine(spec: EngineSpec) -> PolicyBackend:
@@ -82,6 +84,8 @@ def _start_vllm(spec: EngineSpec) -> PolicyBackend:
     kwargs: dict = {}
     if torch.cuda.is_available():
         kwargs["gpu_memory_utilization"] = spec.gpu_memory_utilization
+        if spec.tensor_parallel_size > 1:
+            kwargs["tensor_parallel_size"] = spec.tensor_parallel_size
     else:
         # The cache is this engine's own argument, in bytes: VLLM_CPU_KVCACHE_SPACE (whole GiB) is set by a user only,
         # and then wins (vLLM reads it over the argument). An environment variable set here would round the cache
@@ -242,6 +246,72 @@ class Borrowed(PolicyBackend):
 
     def close(self) -> None:
         """Nothing: the shared engine outlives the stage."""
+
+
+class EngineGroup(PolicyBackend):
+    """N engines behind one `PolicyBackend` (`generator.engines`): a batch is split over them, each part sampled
+    concurrently, and the generations come back in the batch's order.
+
+    `generate_for(keys, ...)` routes by a key per prompt (the rollout's: an episode's task, env and seed, which the
+    episodes of one GRPO group share): a key's first prompt goes to the engine holding the fewest keys, and every
+    later one to the same engine, so a multi-turn episode (and its group, one prompt sampled G times) stays where
+    its prefix is cached. Plain `generate` routes each prompt by position. Engine e > 0 samples with a seed of its
+    own derived from the call's (`request_seed(seed, e)`): two engines never draw the same stream.
+    """
+
+    MAX_KEYS = 1 << 16  # assignments kept; past this they start again (a moved episode only loses its cache)
+
+    def __init__(self, engines: Sequence[PolicyBackend]) -> None:
+        if not engines:
+            raise ValueError("EngineGroup needs at least one engine")
+        self.engines = list(engines)
+        self.tokenizer = self.engines[0].tokenizer
+        self.name = getattr(self.engines[0], "name", type(self.engines[0]).__name__)
+        self.assigned: dict[object, int] = {}
+        self.load = [0] * len(self.engines)
+        self._pool = ThreadPoolExecutor(max_workers=len(self.engines), thread_name_prefix="engine")
+
+    def _engine_of(self, key: object) -> int:
+        if key not in self.assigned:
+            if len(self.assigned) >= self.MAX_KEYS:
+                self.assigned.clear()
+                self.load = [0] * len(self.engines)
+            e = min(range(len(self.engines)), key=lambda k: (self.load[k], k))
+            self.assigned[key] = e
+            self.load[e] += 1
+        return self.assigned[key]
+
+    def generate(self, prompts: Sequence[list[int]], params: SamplingParams,
+                 budgets: Sequence[int] | None = None) -> list[Generation]:
+        return self.generate_for(list(range(len(prompts))), prompts, params, budgets, sticky=False)
+
+    def generate_for(self, keys: Sequence[object], prompts: Sequence[list[int]], params: SamplingParams,
+                     budgets: Sequence[int] | None = None, sticky: bool = True) -> list[Generation]:
+        n = len(self.engines)
+        where = [self._engine_of(k) if sticky else i % n for i, k in enumerate(keys)]
+        parts = [[i for i in range(len(prompts)) if where[i] == e] for e in range(n)]
+
+        def run(e: int) -> list[Generation]:
+            rows = parts[e]
+            if not rows:
+                return []
+            own = params if e == 0 or params.seed is None else replace(params, seed=request_seed(params.seed, e))
+            return self.engines[e].generate([prompts[i] for i in rows], own,
+                                            budgets=None if budgets is None else [budgets[i] for i in rows])
+
+        results: list[Generation | None] = [None] * len(prompts)
+        for e, gens in enumerate(self._pool.map(run, range(n))):
+            for i, g in zip(parts[e], gens, strict=True):
+                results[i] = g
+        return results  # type: ignore[return-value]
+
+    def update_weights(self, state_dict: Mapping[str, object]) -> None:
+        list(self._pool.map(lambda e: e.update_weights(state_dict), self.engines))
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+        self._pool.shutdown(wait=False)
 
 
 def folder_weights(model: str) -> dict:
