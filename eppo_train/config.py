@@ -581,7 +581,8 @@ def validate(cfg: Config) -> None:
     need(lc.world_size == 1 or cfg.ray.enabled,
          "learner.world_size > 1 needs ray.enabled: true (each rank is a Ray actor)")
     need(lc.world_size == 1 or not lc.fp32_master,
-         "learner.fp32_master: with world_size 1 only (the sharded learner keeps no float32 copies)")
+         "learner.fp32_master: with world_size 1 only (sharded ranks keep float32 shards and compute in bf16 through "
+         "FSDP2's mixed precision)")
     need(lc.gpus_per_rank is None or lc.gpus_per_rank >= 0, f"learner.gpus_per_rank: must be >= 0, got {lc.gpus_per_rank}")
     need(lora.r >= 0, f"learner.lora.r: must be >= 0 (0: no LoRA), got {lora.r}")
     need(lora.alpha > 0, f"learner.lora.alpha: must be > 0, got {lora.alpha}")

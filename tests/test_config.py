@@ -192,8 +192,8 @@ def test_config_explain_of_an_unknown_key_is_one_line_with_close_names(capsys):
 
     assert main(["config", "--explain", "learner.lrr"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["eppo-train: error: unknown config key 'learner.lrr' (did you mean learner.lr, learner, "
-                   "learner.betas?)"]
+    assert err == ["eppo-train: error: unknown config key 'learner.lrr' (did you mean learner.lr, "
+                   "learner.lora.r, learner.lora?)"]
 
 
 def test_config_prints_the_resolved_config_as_yaml(capsys):

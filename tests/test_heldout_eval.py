@@ -15,7 +15,7 @@ from eppo_train.eval.fixed_set import eval_specs
 from eppo_train.rollout.task_slots import prepare_tasks, train_problems
 
 # Shipped configs whose figures are reported for the built-in tasks, and must evaluate on held-out instances.
-HELD_OUT = ("pipeline",)
+HELD_OUT = ("pipeline", "qwen1.5b-1gpu", "qwen7b-8gpu")
 # Shipped configs left as they are, with the reason; everything else is a toy config (GuessNumber, the testbed)
 # whose tasks are skills over a handful of instances, where no held-out instance exists.
 EXEMPT = {"study": "its 60 committed runs were evaluated on Code's train split; switching the split would mark "

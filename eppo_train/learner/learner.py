@@ -569,11 +569,15 @@ class Learner:
                     b = self._pad(samples, rows)
                     lp, ent = self._stats(self.model, b, grad=True, states=[cached[i] for i in rows] if cached else None)
                     if one_pass:
-                        b["old"] = lp.detach() * b["mask"]
                         for r, i in enumerate(rows):
                             m = b["mask"][r]
                             ent_sum[samples[i].task] += float((ent[r] * m).sum())
                             tok[samples[i].task] += float(m.sum())
+                            if samples[i].meta.get("behaviour", "policy") == "policy":  # as pass 1 logs it
+                                _, mm = truncated_weights(lp[r].detach(), b["old"][r], m, lc.tis_cap)
+                                for key, value in vars(mm).items():
+                                    mismatch[samples[i].task][key] += value
+                        b["old"] = lp.detach() * b["mask"]
                     ref = None
                     if self.uses_reference:
                         ref = torch.zeros_like(lp)
@@ -618,6 +622,8 @@ class Learner:
         if g.sharded:
             losses = g.sum(torch.tensor(losses, dtype=torch.float64)).tolist()
             acc = self._reduce_acc(tasks, acc)
+            mismatch = self._reduce_sums(tasks, mismatch, ("tokens", "abs_diff", "kl", "clipped"))
+            aux = self._reduce_sums(tasks, aux, tuple(f"{role}_{k}" for role in (ANCHOR, DEMO) for k in ("sum", "tokens")))
         if one_pass:  # the entropies came from the optimizer pass; the pacer only tracks them (bounds unpaced)
             if g.sharded:
                 ent_sum, tok = self._reduce_tasks(tasks, ent_sum, tok)
@@ -699,6 +705,15 @@ class Learner:
         for i, t in enumerate(tasks):
             out[t].update({k: float(sums[i, j]) for j, k in enumerate(keys)}, ratio_max=float(top[i]))
         return out
+
+    def _reduce_sums(self, tasks: list[str], d: Mapping[str, Mapping[str, float]],
+                     keys: tuple[str, ...]) -> dict[str, dict[str, float]]:
+        """Per-task sums over the ranks; a task no rank has a value for stays out (as in one process)."""
+        sums = self.group.sum(torch.tensor([[d[t][k] if t in d else 0.0 for k in keys] for t in tasks],
+                                           dtype=torch.float64))
+        seen = self.group.sum(torch.tensor([float(t in d) for t in tasks], dtype=torch.float64))
+        return {t: defaultdict(float, {k: float(sums[i, j]) for j, k in enumerate(keys)})
+                for i, t in enumerate(tasks) if seen[i] > 0}
 
     # ------------------------------------------------------------------ weights and checkpoints
     def _trainable(self) -> dict[str, torch.nn.Parameter]:
