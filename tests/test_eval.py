@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 
 import pytest
 
 from eppo_train.eval.cli import main
 from eppo_train.policy.factory import newest_model_folder
 from eppo_train.policy.models import tiny_model_dir
+from tests.json_endpoint import JSONHandler
 
 TASK = ["--tasks", "guess_number", "--import", "eppo_envs.example.guess_number", "--no-progress"]
 
@@ -208,25 +209,16 @@ def test_latest_says_which_checkpoint_it_evaluates(tmp_path, monkeypatch, capsys
     assert capsys.readouterr().err.strip() == "latest: runs/b/checkpoints/step_2"
 
 
-class _Endpoint(BaseHTTPRequestHandler):
+class _Endpoint(JSONHandler):
     """A minimal OpenAI-compatible server: answers every chat with a fixed guess and records what it was sent."""
 
     requests: list[dict] = []
     content = "<answer>50</answer>"
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         _Endpoint.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-        reply = {"choices": [{"message": {"role": "assistant", "content": _Endpoint.content}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(200, {"choices": [{"message": {"role": "assistant", "content": _Endpoint.content}}]})
 
 
 def test_openai_endpoint_policy(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import HTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from eppo_train.policy.tool_calls import ToolTemplateError, detect_syntax, parse
 from eppo_train.rollout.env_pool import LocalEnvPool
 from eppo_train.rollout.loop import Problem, RolloutConfig, run_rollout
 from eppo_train.rollout.task_slots import task_variant
+from tests.json_endpoint import JSONHandler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tool_templates import TEMPLATES, tool_model_dir  # noqa: E402
@@ -271,7 +272,7 @@ def test_shipped_tokenizer_transcript_in_the_tags_format(tokenizers, env_id):
 
 
 # ------------------------------------------------------------------ an OpenAI-compatible endpoint
-class _FunctionCallingEndpoint(BaseHTTPRequestHandler):
+class _FunctionCallingEndpoint(JSONHandler):
     """An OpenAI-compatible server that honours function calling as the API defines it: it refuses (400) a request
     whose history breaks the API's rules (a `tool` message must answer an id of the assistant message before it;
     an assistant call's arguments are a JSON string), and plays GuessNumber by binary search through `tool_calls`,
@@ -280,11 +281,11 @@ class _FunctionCallingEndpoint(BaseHTTPRequestHandler):
     requests: list[dict] = []
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         _FunctionCallingEndpoint.requests.append(body)
         problem = self._problem(body)
         if problem:
-            return self._send(400, {"error": {"message": problem}})
+            return self.send_json(400, {"error": {"message": problem}})
         low, high = 1, 100
         for m in body["messages"]:
             if m["role"] == "assistant" and m.get("tool_calls"):
@@ -293,7 +294,7 @@ class _FunctionCallingEndpoint(BaseHTTPRequestHandler):
                 low, high = (guess + 1, high) if "too low" in m["content"] else (low, guess - 1)
         call = {"id": f"call_{len(body['messages'])}", "type": "function",
                 "function": {"name": "answer", "arguments": json.dumps({"number": str((low + high) // 2)})}}
-        self._send(200, {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]},
+        self.send_json(200, {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]},
                                       "finish_reason": "tool_calls"}]})
 
     @staticmethod
@@ -309,17 +310,6 @@ class _FunctionCallingEndpoint(BaseHTTPRequestHandler):
             elif m["role"] == "tool" and m.get("tool_call_id") not in ids:
                 return f"tool message answers no call: {m.get('tool_call_id')}"
         return ""
-
-    def _send(self, status: int, reply: dict) -> None:
-        data = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_eppo_eval_plays_an_endpoint_through_function_calling(tmp_path, monkeypatch):
