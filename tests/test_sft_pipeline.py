@@ -204,3 +204,19 @@ def test_sft_tells_a_wrong_model_before_the_tasks_are_set_up(tmp_path, capsys, m
     monkeypatch.setattr(eppo_train.rollout.task_slots, "prepare_tasks", too_early)
     assert main(["sft", "--model", str(tmp_path / "nothere"), "--out", str(tmp_path / "m")]) == 2
     assert capsys.readouterr().err.startswith(f"eppo-train: error: model '{tmp_path / 'nothere'}' not found")
+
+
+def test_the_warm_start_key_ignores_rl_only_settings():
+    """A cached SFT model is reused when only RL settings change (each task's G, sampling cut, loss weight,
+    estimator, refill floor; min-p off), and rebuilt when the demonstrations or the training change."""
+    from eppo_train.sft import sft_key
+
+    def key(*overrides: str) -> str:
+        cfg = load_config("tiny", list(overrides))
+        return sft_key(cfg, prepare_tasks(cfg))
+
+    base = key()
+    assert base == key("env.tasks.0.group_size=3", "env.tasks.0.temperature=0.7", "env.tasks.0.top_p=0.9",
+                       "env.tasks.0.min_p=0.05", "env.tasks.0.loss_weight=2.0", "env.tasks.0.min_signal_groups=1",
+                       "rollout.min_p=0.0")
+    assert base != key("sft.steps=7") and base != key("rollout.min_p=0.1")
